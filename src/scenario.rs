@@ -424,17 +424,30 @@ impl Scenario {
         overrides: &[String],
     ) -> Result<Scenario, ScenarioError> {
         let raw: RawScenario = if overrides.is_empty() {
-            serde_yaml_ng::from_str(text).map_err(yaml_error)?
+            serde_path_to_error::deserialize(serde_yaml_ng::Deserializer::from_str(text))
+                .map_err(path_error)?
         } else {
             let mut value: serde_yaml_ng::Value =
                 serde_yaml_ng::from_str(text).map_err(yaml_error)?;
             for o in overrides {
                 apply_override(&mut value, o)?;
             }
-            serde_yaml_ng::from_value(value).map_err(yaml_error)?
+            serde_path_to_error::deserialize(value).map_err(path_error)?
         };
         validate(raw, default_name)
     }
+}
+
+/// A deserialization error with the path of the field at fault.
+fn path_error(e: serde_path_to_error::Error<serde_yaml_ng::Error>) -> ScenarioError {
+    let path = e.path().to_string();
+    let mut se = yaml_error(e.into_inner());
+    if path != "." && !path.is_empty() {
+        // The innermost path is the field itself for "invalid value"; for "unknown field"
+        // and "missing field" it is the enclosing mapping, which the message completes.
+        se.field = path;
+    }
+    se
 }
 
 fn yaml_error(e: serde_yaml_ng::Error) -> ScenarioError {
@@ -712,7 +725,7 @@ fn validate(raw: RawScenario, default_name: &str) -> Result<Scenario, ScenarioEr
                 let mut prev = 0.0;
                 for (i, &t) in c.tenors.iter().enumerate() {
                     let field = format!("counterparty.hazard_curve.tenors[{i}]");
-                    if !(positive(&field, t)? > prev) {
+                    if positive(&field, t)? <= prev {
                         return err(field, "tenors must be increasing");
                     }
                     prev = t;
@@ -762,7 +775,7 @@ fn validate(raw: RawScenario, default_name: &str) -> Result<Scenario, ScenarioEr
     })?;
     let mut solver_params = cva_kernels::SolverParams::default();
     if let Some(c) = s.condition_threshold {
-        if !(positive("simulation.condition_threshold", c)? >= 1.0) {
+        if positive("simulation.condition_threshold", c)? < 1.0 {
             return err("simulation.condition_threshold", "must be at least 1");
         }
         solver_params.condition_threshold = c;
