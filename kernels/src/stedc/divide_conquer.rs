@@ -43,6 +43,8 @@ pub struct StedcWorkspace<T: Real> {
     rank: Vec<usize>,
     /// Division tree, breadth first: `(first row, size)` relative to the block.
     nodes: Vec<(usize, usize)>,
+    /// Largest iteration count of a secular equation in the last [`stedc`] call.
+    max_secular_iterations: usize,
 }
 
 impl<T: Real> StedcWorkspace<T> {
@@ -64,12 +66,20 @@ impl<T: Real> StedcWorkspace<T> {
             deflated: Vec::with_capacity(n_max),
             rank: vec![0; n_max],
             nodes: Vec::with_capacity(2 * n_max.max(1)),
+            max_secular_iterations: 0,
         }
     }
 
     /// Largest `n` this workspace serves.
     pub fn n_max(&self) -> usize {
         self.n_max
+    }
+
+    /// Largest number of iterations one secular equation took in the last [`stedc`]
+    /// call (see [`SecularRoot::iterations`](super::SecularRoot)); a diagnostic for the
+    /// load balance of the GPU kernel.
+    pub fn max_secular_iterations(&self) -> usize {
+        self.max_secular_iterations
     }
 }
 
@@ -86,19 +96,22 @@ impl<T: Real> StedcWorkspace<T> {
 /// 1. `T` is scaled by a power of two to max-norm about 1 (exact).
 /// 2. `T` splits where `|e_i| <= ε sqrt(|d_i|) sqrt(|d_{i+1}|)` (the test of `dstedc`);
 ///    each unreduced block is solved independently.
-/// 3. An unreduced block of size `s > 2` is torn at `m = floor(s/2)` (Cuppen):
-///    `T = diag(T_1, T_2) + |e_m| v v^T`, `v = e_m + sign(e_m) e_{m+1}`, recursively
+/// 3. An unreduced block of size `s > 2` is torn after its first `m = floor(s/2)` rows
+///    (Cuppen): with `β` the off-diagonal coupling rows `m - 1` and `m` (0-based),
+///    `T = diag(T_1, T_2) + |β| v v^T`, `v = ê_{m-1} + sign(β) ê_m`, where `T_1`, `T_2`
+///    have `|β|` subtracted from their last and first diagonal entries; recursively
 ///    down to `1 x 1` and `2 x 2` leaves (solved by a Jacobi rotation, stable like
 ///    `dlaev2`). The merges then run bottom-up: with `T_k = Q_k D_k Q_k^T`,
-///    `T = Q (D + ρ u u^T) Q^T`, `Q = diag(Q_1, Q_2)`, `ρ = 2 |e_m|`,
-///    `u = (last row of Q_1, sign(e_m) first row of Q_2) / sqrt(2)`, `||u|| = 1`.
+///    `T = Q (D + ρ u u^T) Q^T`, `Q = diag(Q_1, Q_2)`, `ρ = 2 |β|`,
+///    `u = (last row of Q_1, sign(β) first row of Q_2) / sqrt(2)`, `||u|| = 1`.
 /// 4. Deflation (`dlaed2`), with `tol = 8 ε max(max_i |D_i|, ρ)`: a pole with
 ///    `ρ |u_i| <= tol` is kept as an eigenvalue; two poles (adjacent among the
 ///    non-deflated, in ascending order) with `|(D_j - D_i) c s| <= tol` after the
 ///    Givens rotation that zeroes `u_i` are decoupled, the rotation applied to `Q`.
 ///    Each deflation perturbs `T` by at most `tol`.
 /// 5. The `K` remaining poles `δ` (strictly increasing) give `K` roots of the secular
-///    equation ([`secular_equation_root`](super::secular_equation_root), `dlaed4`).
+///    equation ([`secular_equation_root`](super::secular_equation_root), `dlaed4`),
+///    solved on the merge scaled by a power of two to `max(max_i |D_i|, ρ) ~ 1`.
 /// 6. Löwner / Gu–Eisenstat: `ẑ_i^2 = Π_j (λ_j - δ_i) / (ρ Π_{j≠i} (δ_j - δ_i))`, so that
 ///    the `λ` are the exact eigenvalues of `diag(δ) + ρ ẑ ẑ^T`; its eigenvectors
 ///    `(diag(δ) - λ_j)^{-1} ẑ`, normalised, are numerically orthogonal (`dlaed3`).
@@ -127,6 +140,7 @@ pub fn stedc<T: Real>(
         "stedc: n = {n} exceeds the workspace's n_max = {}",
         work.n_max
     );
+    work.max_secular_iterations = 0;
     if n == 0 {
         return Ok(());
     }
@@ -161,7 +175,7 @@ pub fn stedc<T: Real>(
     }
 
     // Scale to max-norm in [1, 2) by a power of two (exact barring underflow).
-    let exponent = anorm.to_f64().log2().floor() as i32;
+    let exponent = ilogb(anorm);
     for x in d.iter_mut().chain(e.iter_mut()) {
         *x = scale_pow2(*x, -exponent);
     }
@@ -205,6 +219,21 @@ pub fn stedc<T: Real>(
         }
     }
     Ok(())
+}
+
+/// `floor(log2 |x|)` for finite `x != 0`, read from the exponent bits (C's `ilogb`).
+/// Any power of two would do: scaling by one is exact, so the results do not depend
+/// on it (barring underflow).
+fn ilogb<T: Real>(x: T) -> i32 {
+    let mut v = x.to_f64().abs();
+    let mut shift = 0;
+    if v < f64::MIN_POSITIVE {
+        // Subnormal in f64: bring it into the normal range first.
+        v *= 2f64.powi(64);
+        shift = 64;
+    }
+    let biased = ((v.to_bits() >> 52) & 0x7ff) as i32;
+    biased - 1023 - shift
 }
 
 /// `x 2^k`, by factors of at most `2^64` so that every factor is representable in `f32`.
@@ -461,31 +490,36 @@ fn merge<T: Real>(
         ws.kept.push(p);
     }
 
+    // The secular equation is solved on the merge scaled by a power of two to
+    // max(|D|, ρ) ~ 1, so that (z_j / δ_j)^2 cannot overflow in a small, deep merge.
+    let exponent = ilogb(dmax.max(rho));
+    let rho_scaled = scale_pow2(rho, -exponent);
     let kk = ws.kept.len();
     for (l, &k) in ws.kept.iter().enumerate() {
-        ws.d_kept[l] = ws.d_sorted[k];
+        ws.d_kept[l] = scale_pow2(ws.d_sorted[k], -exponent);
         ws.z_kept[l] = ws.z_sorted[k];
     }
 
-    // Secular equation: column j of w holds d_kept[i] - λ_j.
+    // Secular equation: column j of w holds d_kept[i] - λ_j (scaled).
     let w = &mut ws.w[..kk * kk];
     for j in 0..kk {
         let root = secular_equation_root(
             j,
             &ws.d_kept[..kk],
             &ws.z_kept[..kk],
-            rho,
+            rho_scaled,
             &mut w[j * kk..(j + 1) * kk],
         )
         .ok_or(StedcError::NotConverged { index: j, size: nn })?;
         if !root.lambda.is_finite() {
             return Err(StedcError::NonFinite);
         }
-        ws.values[j] = root.lambda;
+        ws.values[j] = scale_pow2(root.lambda, exponent);
+        ws.max_secular_iterations = ws.max_secular_iterations.max(root.iterations);
     }
 
-    // Gu–Eisenstat: ẑ from the computed roots (the common factor 1/ρ is dropped: the
-    // eigenvectors are normalised), then the eigenvectors of diag(δ) + ρ ẑ ẑ^T.
+    // Gu–Eisenstat: ẑ from the computed roots (the common factor 1/ρ and the scaling
+    // are dropped: the eigenvectors are normalised), then the eigenvectors of diag(δ) + ρ ẑ ẑ^T.
     if kk == 1 {
         w[0] = T::ONE;
     } else if kk > 1 {
@@ -501,9 +535,9 @@ fn merge<T: Real>(
         for j in 0..kk {
             let col = &mut w[j * kk..(j + 1) * kk];
             let mut vmax = T::ZERO;
-            for i in 0..kk {
-                col[i] = ws.z_hat[i] / col[i];
-                vmax = vmax.max(col[i].abs());
+            for (x, &zh) in col.iter_mut().zip(&ws.z_hat[..kk]) {
+                *x = zh / *x;
+                vmax = vmax.max(x.abs());
             }
             let mut norm2 = T::ZERO;
             for x in col.iter_mut() {
@@ -526,13 +560,16 @@ fn merge<T: Real>(
     for j in 0..kk {
         let pos = ws.rank[j];
         d[pos] = ws.values[j];
+        // Column pos of Z = Σ_l w[l, j] Q[:, kept[l]], accumulated in l order (the
+        // same rounding as a dot product per row).
         let wcol = &w[j * kk..(j + 1) * kk];
-        for r in 0..nn {
-            let mut acc = T::ZERO;
-            for (l, &k) in ws.kept.iter().enumerate() {
-                acc += q[r + k * nn] * wcol[l];
+        let zcol = &mut z[pos * ldz..pos * ldz + nn];
+        zcol.fill(T::ZERO);
+        for (&wl, &k) in wcol.iter().zip(ws.kept.iter()) {
+            let qcol = &q[k * nn..(k + 1) * nn];
+            for (x, &qv) in zcol.iter_mut().zip(qcol) {
+                *x += qv * wl;
             }
-            z[r + pos * ldz] = acc;
         }
     }
     for t in 0..nd {
