@@ -96,7 +96,9 @@ struct American {
 /// Runs the nested simulation with regression matrices and solves in precision `T`.
 ///
 /// `capture`: `(exposure date k, exercise date j)` whose regression systems (first American
-/// position) are returned in [`NestedSimulation::captured`].
+/// position) are returned in [`NestedSimulation::captured`]. Each chunk of outer paths
+/// then stops right after that step, so the other outputs are incomplete: use it only to
+/// collect regression matrices (benchmarks, tests).
 pub fn simulate<T: Real>(
     scenario: &Scenario,
     progress: &dyn Progress,
@@ -161,7 +163,7 @@ pub fn simulate<T: Real>(
 
         // alive[p * c + l]: position p not yet exercised along outer path l.
         let mut alive = vec![true; positions.len() * c];
-        for k in 0..=n_dates {
+        'dates: for k in 0..=n_dates {
             let t_exposure = Instant::now();
             let state = |l: usize| &outer[(l * (n_dates + 1) + k) * d..][..d];
             let mut values = vec![0.0; c];
@@ -319,6 +321,7 @@ pub fn simulate<T: Real>(
                             });
                             cap.a.extend(a_buf.iter().map(|v| v.to_f64()));
                             cap.b.extend(b_buf.iter().map(|v| v.to_f64()));
+                            break 'dates;
                         }
 
                         let t = Instant::now();

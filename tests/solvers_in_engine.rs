@@ -19,7 +19,7 @@ fn escalation_beats_ldlt_on_f32_basket29_matrices() {
         &scenario("basket29.yaml"),
         &[
             "portfolio[0].strike=1.2".into(),
-            "simulation.outer_paths=8192".into(),
+            "simulation.outer_paths=4096".into(),
             "simulation.precision=f32".into(),
         ],
     )
