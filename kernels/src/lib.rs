@@ -21,6 +21,7 @@
 //! is read; right-hand side `i` is `b[i*n .. (i+1)*n]`; solution `i` is `x[i*n .. (i+1)*n]`.
 
 pub mod batch;
+pub mod cuda;
 pub mod families;
 pub mod householder;
 pub mod ldlt;

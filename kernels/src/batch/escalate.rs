@@ -1,6 +1,8 @@
-use super::{relative_residual, Method, SolverParams, Status, Strategy, SystemReport};
+use super::{
+    relative_residual, residual_check, Method, SolverParams, Status, Strategy, SystemReport,
+};
 use crate::householder::householder_tridiagonalize;
-use crate::ldlt::{ldlt_factor, ldlt_solve};
+use crate::ldlt::{ldlt_factor, ldlt_solve, LdltError};
 use crate::pcr::{pcr_solve, pcr_workspace_len};
 use crate::stedc::{stedc, truncated_eigen_solve, StedcWorkspace};
 use crate::Real;
@@ -113,6 +115,23 @@ pub fn solve_one<T: Real>(
         return fail(x, first, Status::NonFiniteInput);
     }
     let tol = params.tolerance::<T>(n);
+    let threshold = params.condition_threshold;
+    // Status Ok with a finite solution, or Failed with x set to NaN.
+    let finish = |x: &mut [T], method, residual: f64, discarded: u32| {
+        let finite = !residual.is_nan() && x[..n].iter().all(|v| v.is_finite());
+        if !finite {
+            x[..n].fill(T::NAN);
+        }
+        SystemReport {
+            method,
+            status: if finite { Status::Ok } else { Status::Failed },
+            residual: if finite { residual } else { f64::NAN },
+            discarded,
+        }
+    };
+    // Set when a solution's growth proved the system ill-conditioned beyond the threshold:
+    // Householder + PCR is then skipped, as the paper advises.
+    let mut ill_conditioned = false;
 
     // Level 0: L D L^T.
     if first == Method::Ldlt {
@@ -121,23 +140,27 @@ pub fn solve_one<T: Real>(
             Ok(()) => {
                 x[..n].copy_from_slice(&b[..n]);
                 ldlt_solve(n, &ws.a, n, x);
-                let residual = relative_residual(n, a, b, x);
-                if !escalate || residual <= tol {
-                    let status = if residual.is_nan() {
-                        Status::Failed
-                    } else {
-                        Status::Ok
-                    };
-                    return SystemReport {
-                        method: Method::Ldlt,
-                        status,
-                        residual,
-                        discarded: 0,
-                    };
+                let check = residual_check(n, a, b, x);
+                // D_jj / A_jj: for the last unknown it is 1 / (A_jj (A^{-1})_jj), so a small
+                // ratio proves the equilibrated matrix ill-conditioned beyond 1 / ratio.
+                let pivot_ratio = (0..n)
+                    .map(|j| ws.a[j + j * n] / a[j + j * n])
+                    .fold(T::ONE, |m, v| m.min(v))
+                    .to_f64();
+                ill_conditioned = check.growth > threshold || pivot_ratio * threshold < 1.0;
+                if !escalate || check.residual <= tol && !ill_conditioned {
+                    return finish(x, Method::Ldlt, check.residual, 0);
                 }
             }
             Err(_) if !escalate => return fail(x, Method::Ldlt, Status::NotPositiveDefinite),
-            Err(_) => {}
+            Err(LdltError::NotPositiveDefinite { index, pivot }) => {
+                // A pivot that is tiny against its diagonal entry marks a (numerically)
+                // singular matrix rather than an indefinite one: straight to divide and
+                // conquer, since PCR would return an arbitrary solution of it.
+                let diag = a[index + index * n].abs().to_f64();
+                let tiny = pivot.abs() * threshold < diag;
+                ill_conditioned = tiny || pivot.is_nan();
+            }
         }
     }
 
@@ -145,24 +168,14 @@ pub fn solve_one<T: Real>(
     copy_lower(n, a, &mut ws.a);
     householder_tridiagonalize(n, &mut ws.a, n, &mut ws.d, &mut ws.e);
     q_transpose_times(n, &ws.a, b, &mut ws.v);
-    if first <= Method::HouseholderPcr {
+    if first <= Method::HouseholderPcr && !ill_conditioned {
         ws.tmp.copy_from_slice(&ws.v);
         let pcr = pcr_solve(n, &ws.d, &ws.e, &mut ws.tmp, &mut ws.pcr);
         if pcr.is_ok() {
             q_times(n, &ws.a, &ws.tmp, x);
-            let residual = relative_residual(n, a, b, x);
-            if !escalate || residual <= tol {
-                let status = if residual.is_nan() {
-                    Status::Failed
-                } else {
-                    Status::Ok
-                };
-                return SystemReport {
-                    method: Method::HouseholderPcr,
-                    status,
-                    residual,
-                    discarded: 0,
-                };
+            let check = residual_check(n, a, b, x);
+            if !escalate || check.residual <= tol && check.growth <= threshold {
+                return finish(x, Method::HouseholderPcr, check.residual, 0);
             }
         } else if !escalate {
             return fail(x, Method::HouseholderPcr, Status::Failed);
@@ -186,15 +199,5 @@ pub fn solve_one<T: Real>(
     );
     q_times(n, &ws.a, &ws.v, x);
     let residual = relative_residual(n, a, b, x);
-    let status = if x[..n].iter().all(|v| v.is_finite()) {
-        Status::Ok
-    } else {
-        Status::Failed
-    };
-    SystemReport {
-        method: Method::DivideConquer,
-        status,
-        residual,
-        discarded: discarded as u32,
-    }
+    finish(x, Method::DivideConquer, residual, discarded as u32)
 }

@@ -5,7 +5,7 @@ mod escalate;
 mod residual;
 
 pub use escalate::solve_one;
-pub use residual::relative_residual;
+pub use residual::{relative_residual, residual_check, ResidualCheck};
 
 use crate::Real;
 use rayon::prelude::*;
@@ -23,7 +23,12 @@ pub enum Strategy {
     DivideConquer,
     /// `L D L^T`; the systems whose pivot is not positive or whose relative residual
     /// exceeds the tolerance go on to Householder + PCR; those that fail again go on to
-    /// divide and conquer with truncation (Sections 1 and 6 of the paper).
+    /// divide and conquer with truncation (Sections 1 and 6 of the paper). A system
+    /// proved ill-conditioned beyond the condition threshold after scaling to a unit
+    /// diagonal (an `L D L^T` pivot ratio `min_j D_jj / A_jj` below its inverse, or a
+    /// solution growth above it, see [`ResidualCheck::growth`]) is near-singular: the
+    /// residual alone would accept a huge or arbitrary `x`, so it goes straight to divide
+    /// and conquer with truncation, as the paper advises for ill-conditioned systems.
     #[default]
     Escalating,
 }
@@ -69,7 +74,9 @@ pub struct SolverParams {
     /// it, a broken-down one far above.
     pub residual_tolerance: Option<f64>,
     /// Eigenvalues `λ_i` with `|λ_i| * condition_threshold < max_j |λ_j|` are discarded by
-    /// divide and conquer. Default `1e5`, the paper's value.
+    /// divide and conquer; and the escalating strategy sends a system straight to divide
+    /// and conquer when its equilibrated condition number provably exceeds it (see
+    /// [`Strategy::Escalating`]). Default `1e5`, the paper's value.
     pub condition_threshold: f64,
     /// The memory rule of the escalating strategy: the next batch of the same regression
     /// step starts at the highest level that at least this fraction of the systems needed
@@ -209,7 +216,7 @@ pub struct BatchSummary {
     pub per_status: [usize; 4],
     /// Sum of [`SystemReport::discarded`].
     pub discarded_eigenvalues: usize,
-    /// Largest relative residual (NaN if any produced solution has a NaN residual).
+    /// Largest relative residual over the systems of status [`Status::Ok`] (0 if none).
     pub max_residual: f64,
     /// Where the escalating strategy should start the next batch of the same regression
     /// step: the highest level reached by at least `memory_fraction` of the systems, and
@@ -229,7 +236,7 @@ impl BatchSummary {
             s.per_method[r.method as usize] += 1;
             s.per_status[r.status as usize] += 1;
             s.discarded_eigenvalues += r.discarded as usize;
-            if r.status != Status::NonFiniteInput {
+            if r.status == Status::Ok {
                 s.max_residual = nan_max(s.max_residual, r.residual);
             }
         }

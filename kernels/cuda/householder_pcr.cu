@@ -1,0 +1,320 @@
+// Batched solve of small symmetric systems by Householder tridiagonalization,
+// A = Q T Q^T, parallel cyclic reduction for T z = Q^T b, and x = Q z
+// (Abbas-Turki & Graillat 2016, Section 4: Algorithm 2 and Fig. 9), with the residual
+// and per-system status computed on the device.
+//
+// NSTAR communicating threads per system (a power of two, or 64 for n > 32); thread t
+// owns rows t, t + NSTAR, ... of the full symmetric matrix in registers.
+// Step i = 0..n-2 (LAPACK dsytd2, uplo = 'L'): the reflector H_i = I - tau v v^T with
+// v_{i+1} = 1 annihilates A(i+2:n, i) (dlarfg); then p = tau A22 v,
+// w = p - (tau/2)(p^T v) v, A22 -= v w^T + w v^T, and b <- H_i b (so that b ends as
+// Q^T b). v stays in the registers of column i; Q is never formed: x = Q z is
+// applied as x = H_0 (H_1 (... H_{n-2} z)).
+// PCR: ceil(log2 n) steps; step with stride s replaces equation i by a combination of
+// equations i - s, i, i + s (eq. (10)), so that after the step equation i couples
+// only to i +- 2s. Equations with i +- s outside 0..n-1 simply have no such neighbour:
+// this is the paper's permutation of Fig. 9 (the equations of one sub-system are
+// those with equal i mod 2s, kept at their index instead of being moved together),
+// so any n works without zero padding.
+
+extern "C" __global__ void __launch_bounds__(NSTAR > 32 ? 64 : 128)
+ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, real* __restrict__ X,
+                       GpuReport* __restrict__ rep, long long batch) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    __shared__ real red_scratch[8];
+    __shared__ int iscratch[1];
+    constexpr int PA = N * (N + 1) / 2;
+    Group g = make_group();
+    real* sbase = reinterpret_cast<real*>(smem_raw) + (long long)g.index * SYS_STRIDE;
+    real* sv = sbase + 2 * PA;  // [2][N]
+    real* sw = sv + 2 * N;      // [2][N]
+    real* sd = sw + 2 * N;      // [N]
+    real* se = sd + N;          // [N]
+    real* stau = se + N;        // [N]
+    real* sx = stau + N;        // [N]
+    real* pd = sx + N;          // [2][N]
+    real* pc = pd + 2 * N;      // [2][N]
+    real* pv = pc + 2 * N;      // [2][N]
+    real* sB0 = pv + 2 * N;     // [2][N]
+    // Persistent loop over tiles of systems (one tile = the systems of one block); the
+    // loop condition depends on the block only, so the compiler sees it as uniform.
+#if NSTAR > 32
+    const long long spb = 1;
+#else
+    const long long spb = (long long)(blockDim.x >> 5) * SPW;
+#endif
+    const long long stride = (long long)gridDim.x * spb;
+
+    prefetch_system(A + (g.sys < batch ? g.sys : 0) * (N * N), B + (g.sys < batch ? g.sys : 0) * N, sbase, sB0, g,
+                    g.sys < batch);
+    cp_async_commit();
+#pragma unroll 1
+    for (long long tile = blockIdx.x, it = 0; tile * spb < batch; tile += gridDim.x, ++it, g.sys += stride) {
+    const int buf = it & 1;
+    const long long next = g.sys + stride;
+    prefetch_system(A + (next < batch ? next : 0) * (N * N), B + (next < batch ? next : 0) * N,
+                    sbase + (buf ^ 1) * PA, sB0 + (buf ^ 1) * N, g, next < batch);
+    cp_async_commit();
+    cp_async_wait<1>();
+    group_sync();
+    const real* sA = sbase + buf * PA;
+    const real* sB = sB0 + buf * N;
+    const bool active = g.sys < batch;
+    const long long sys = active ? g.sys : 0;
+    bool bad = false;
+    real b[R], borig[R];
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+        int i = g.t + s * NSTAR;
+        b[s] = (g.t < NSTAR && i < N && active) ? sB[i] : (real)0;
+        bad |= !finite(b[s]);
+        borig[s] = b[s];
+    }
+
+    // Full symmetric rows into registers.
+    real a[R][N];
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+        int i = g.t + s * NSTAR;
+        bool own = g.t < NSTAR && i < N;
+        int oi = i * N - (i * (i - 1)) / 2;
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            real v = 0;
+            if (own) {
+                v = (k <= i) ? sA[packed_col(k) + i - k] : sA[oi + k - i];
+                v = active ? v : (real)(k == i ? 1 : 0);
+            }
+            if (k <= i) bad |= !finite(v);
+            a[s][k] = v;
+        }
+    }
+
+    // Tridiagonalization.
+#pragma unroll
+    for (int i = 0; i + 1 < N; ++i) {
+        real* v_sh = sv + (i & 1) * N;
+        real* w_sh = sw + (i & 1) * N;
+        real xs = 0, alpha = 0;
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            int r = g.t + s * NSTAR;
+            if (row_max(s) >= i + 1 && g.t < NSTAR && r < N) {
+                if (r >= i + 2) xs += a[s][i] * a[s][i];
+#if NSTAR > 32
+                if (r == i + 1) alpha = a[s][i];
+#endif
+            }
+        }
+#if NSTAR > 32
+        group_sum2(xs, alpha, red_scratch);
+#else
+        // alpha = A(i+1, i) lives in one known thread: a broadcast, not a reduction.
+        alpha = group_bcast(a[(i + 1) / NSTAR][i], g, (i + 1) % NSTAR);
+        {
+            real unused = 0;
+            group_sum2(xs, unused, red_scratch);
+        }
+#endif
+        // dlarfg: beta = -sign(alpha) ||(alpha, x)||, tau = (beta - alpha) / beta,
+        // v = (1, x / (alpha - beta)). A column whose x underflows is skipped (tau = 0).
+        const real xnorm = sqrt(xs);
+        real tau = 0, beta = alpha, scal = 0;
+        if (xnorm >= REAL_MIN_POSITIVE) {
+            beta = -copysign(hypot(alpha, xnorm), alpha);
+            tau = (beta - alpha) / beta;
+            scal = (real)1 / (alpha - beta);
+        }
+        real vr[R];
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            int r = g.t + s * NSTAR;
+            vr[s] = 0;
+            if (row_max(s) >= i + 1 && g.t < NSTAR && r < N && r >= i + 1) {
+                vr[s] = (r == i + 1) ? (real)1 : a[s][i] * scal;
+                a[s][i] = vr[s];
+                v_sh[r] = vr[s];
+            }
+        }
+        if (g.t == 0) {
+            se[i] = beta;
+            stau[i] = tau;
+        }
+        group_sync();
+        // p = tau A22 v over the rows r >= i+1.
+        // (two interleaved partial sums per row for instruction-level parallelism)
+        real p[R], p2[R];
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            p[s] = 0;
+            p2[s] = 0;
+        }
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            if (k >= i + 1) {
+                const real vk = v_sh[k];
+#pragma unroll
+                for (int s = 0; s < R; ++s) {
+                    if (row_max(s) >= i + 1) {
+                        if ((k - i) & 1) p[s] += a[s][k] * vk;
+                        else p2[s] += a[s][k] * vk;
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int s = 0; s < R; ++s) p[s] += p2[s];
+        real pv_loc = 0, vb_loc = 0;
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            p[s] = tau * p[s];
+            pv_loc += p[s] * vr[s];
+            vb_loc += vr[s] * b[s];
+        }
+        group_sum2(pv_loc, vb_loc, red_scratch);
+        const real kk = (real)(-0.5) * tau * pv_loc;
+        const real tvb = tau * vb_loc;
+        real wr[R];
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            int r = g.t + s * NSTAR;
+            // Rows r <= i are finished: w_r = v_r = 0 leaves them unchanged below.
+            wr[s] = (r >= i + 1) ? p[s] + kk * vr[s] : (real)0;
+            if (row_max(s) >= i + 1 && g.t < NSTAR && r < N && r >= i + 1) {
+                w_sh[r] = wr[s];
+                b[s] -= tvb * vr[s];
+            }
+        }
+        group_sync();
+        // Rank-2 update of the trailing rows and columns.
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            if (k >= i + 1) {
+                const real vk = v_sh[k];
+                const real wk = w_sh[k];
+#pragma unroll
+                for (int s = 0; s < R; ++s) {
+                    if (row_max(s) >= i + 1) a[s][k] = a[s][k] - vr[s] * wk - wr[s] * vk;
+                }
+            }
+        }
+        if (g.t == i % NSTAR) sd[i] = a[i / NSTAR][i];
+    }
+    if (g.t == (N - 1) % NSTAR) sd[N - 1] = a[(N - 1) / NSTAR][N - 1];
+    group_sync();
+
+    // PCR on (d, e) with right-hand side Q^T b.
+    real dd[R], cc[R], vv[R];
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+        int r = g.t + s * NSTAR;
+        bool own = g.t < NSTAR && r < N;
+        dd[s] = own ? sd[r] : (real)1;
+        cc[s] = (own && r + 1 < N) ? se[r] : (real)0;
+        vv[s] = own ? b[s] : (real)0;
+    }
+    bool breakdown = false;
+    int cur = 0;
+    constexpr int STEPS = ceil_log2(N);
+#pragma unroll
+    for (int step = 0; step < STEPS; ++step) {
+        const int stride = 1 << step;
+        real* bd = pd + cur * N;
+        real* bc = pc + cur * N;
+        real* bv = pv + cur * N;
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            int r = g.t + s * NSTAR;
+            if (g.t < NSTAR && r < N) { bd[r] = dd[s]; bc[r] = cc[s]; bv[r] = vv[s]; }
+        }
+        group_sync();
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            int r = g.t + s * NSTAR;
+            if (g.t < NSTAR && r < N) {
+                int lo = r - stride, hi = r + stride;
+                real a_r = 0, alph = 0, v_lo = 0;
+                if (lo >= 0) {
+                    a_r = bc[lo];  // coupling lo <-> r
+                    alph = -a_r / bd[lo];
+                    v_lo = bv[lo];
+                }
+                real c_r = cc[s], gam = 0, v_hi = 0, c_hi = 0;
+                if (hi < N) {
+                    gam = -c_r / bd[hi];
+                    v_hi = bv[hi];
+                    c_hi = bc[hi];  // coupling hi <-> hi + stride
+                }
+                real nd = dd[s] + alph * a_r + gam * c_r;
+                real nv = vv[s] + alph * v_lo + gam * v_hi;
+                real nc = gam * c_hi;
+                if (!finite(alph) || !finite(gam) || !finite(nd) || !finite(nv) || !finite(nc)) breakdown = true;
+                dd[s] = nd;
+                vv[s] = nv;
+                cc[s] = nc;
+            }
+        }
+        cur ^= 1;
+    }
+    real x[R];
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+        int r = g.t + s * NSTAR;
+        x[s] = 0;
+        if (g.t < NSTAR && r < N) {
+            x[s] = vv[s] / dd[s];
+            if (!finite(x[s])) breakdown = true;
+        }
+    }
+
+    // x = Q z = H_0 (H_1 (... H_{n-2} z)).
+#pragma unroll
+    for (int i = N - 2; i >= 0; --i) {
+        const real tau = stau[i];
+        real dot = 0, unused = 0;
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            int r = g.t + s * NSTAR;
+            if (row_max(s) >= i + 1 && g.t < NSTAR && r < N && r >= i + 1) dot += a[s][i] * x[s];
+        }
+        group_sum2(dot, unused, red_scratch);
+        const real f = tau * dot;
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            int r = g.t + s * NSTAR;
+            if (row_max(s) >= i + 1 && g.t < NSTAR && r < N && r >= i + 1) x[s] -= f * a[s][i];
+        }
+    }
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+        int r = g.t + s * NSTAR;
+        if (g.t < NSTAR && r < N) sx[r] = x[s];
+    }
+    group_sync();
+
+    bad = group_any(bad, g, iscratch);
+    breakdown = group_any(breakdown, g, iscratch);
+    double res = group_residual(sA, sx, borig, x, g, red_scratch, iscratch);
+    unsigned status = bad ? STATUS_NON_FINITE_INPUT
+                    : breakdown ? STATUS_FAILED
+                    : isnan(res) ? STATUS_FAILED : STATUS_OK;
+    if (active) {
+        const bool no_solution = bad || breakdown;
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            int r = g.t + s * NSTAR;
+            if (g.t < NSTAR && r < N) __stcs(X + sys * N + r, no_solution ? real_nan() : x[s]);
+        }
+        if (g.t == 0) {
+            GpuReport rp;
+            rp.residual = no_solution ? __longlong_as_double(0x7ff8000000000000ULL) : res;
+            rp.method = METHOD_HOUSEHOLDER_PCR;
+            rp.status = status;
+            rep[sys] = rp;
+        }
+    }
+    // Everyone is done with this buffer before the next iteration refills it.
+    group_sync();
+    }
+    cp_async_wait<0>();
+}

@@ -1,0 +1,364 @@
+// Batched A = L D L^T factorization and solve of small symmetric positive definite
+// systems (Abbas-Turki & Graillat 2016, Section 3), with the residual and per-system
+// status computed on the device.
+//
+// Layout (kernels/src/batch/mod.rs): matrix i is column-major n x n at A + i*n*n, only
+// its lower triangle is read; b_i at B + i*n; x_i written at X + i*n; one GpuReport
+// per system.
+//
+// Two organisations:
+//  * ldlt_simd (NSTAR undefined): one thread per system, the matrix packed in shared
+//    memory (interleaved between the threads of the block so that the threads'
+//    accesses fall in different banks). The paper's SIMD version.
+//  * ldlt_group (NSTAR defined): NSTAR communicating threads per system, several
+//    systems per warp (Algorithm 1). NSTAR = n is the paper's collaborative version,
+//    NSTAR < n its hybrid version. Thread t owns rows t, t + NSTAR, ... and keeps them
+//    in registers (row i: L_{i,0..i-1} once computed); the factorization goes column
+//    after column, j = 0..n-1: every owned row i >= j computes
+//        t_ij = A_ij - sum_{k<j} L_ik W_jk,   W_jk = L_jk D_k,
+//    (the sum in two interleaved chains, even and odd k, for instruction-level
+//    parallelism), the t_ij are written to shared memory as row-major W (row j of W is then read
+//    by broadcast for column j+1 onwards), D_j = t_jj, L_ij = t_ij * (1 / D_j).
+//    Then L y = b (forward, y_k broadcast), D L^T x = y (backward, reading the rows of
+//    W, whose row k holds (D L^T)_{i,k} = W_ki), and the residual.
+//    The blocks are persistent: each group loops over systems, and the next system's
+//    A and b are copied into a second shared buffer with cp.async while the current
+//    one is factored, so the global-memory latency is hidden.
+
+#ifdef NSTAR
+
+// W rows padded to VEC entries of 16 bytes in all (2 doubles, 4 floats).
+constexpr int VEC = 16 / (int)sizeof(real);
+#ifndef VEC_OK
+#define VEC_OK 0
+#endif
+__host__ __device__ constexpr int round_vec(int v) { return (v + VEC - 1) / VEC * VEC; }
+// Start of row j of W: the sum of the padded lengths round_vec(j' + 1), j' < j. Rows
+// come in runs of VEC with equal padded length, hence the closed form
+// VEC^2 full (full + 1) / 2 + rem VEC (full + 1), full = j / VEC, rem = j % VEC.
+__host__ __device__ constexpr int w_row(int j) {
+    return VEC * VEC * (j / VEC) * (j / VEC + 1) / 2 + (j % VEC) * VEC * (j / VEC + 1);
+}
+constexpr int W_OFFSET = round_vec(N * (N + 1));  // after the two A buffers
+constexpr int W_SIZE = w_row(N);
+__device__ __forceinline__ int w_row_rt(int j) { return w_row(j); }
+__device__ __forceinline__ void load_vec(real* w, const real* p) {
+#if VEC_OK
+#if REAL_F64
+    double2 v = *reinterpret_cast<const double2*>(p);
+    w[0] = v.x; w[1] = v.y;
+#else
+    float4 v = *reinterpret_cast<const float4*>(p);
+    w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
+#endif
+#else
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) w[e] = p[e];
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(NSTAR > 32 ? 64 : 128)
+ENTRY(ldlt_group)(const real* __restrict__ A, const real* __restrict__ B, real* __restrict__ X,
+                  GpuReport* __restrict__ rep, long long batch) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    __shared__ real red_scratch[8];
+    __shared__ int iscratch[1];
+    constexpr int PA = N * (N + 1) / 2;
+    Group g = make_group();
+    // Shared memory of the group: two buffers for A (packed lower triangle) and b,
+    // W row-major with rows padded to VEC entries (16 bytes, so that a row is read by
+    // 16-byte broadcasts), and two vectors. SYS_STRIDE is a multiple of VEC when
+    // VEC_OK (checked on the host), so every W row is 16-byte aligned.
+    real* sbase = reinterpret_cast<real*>(smem_raw) + (long long)g.index * SYS_STRIDE;
+    real* sW = sbase + W_OFFSET;
+    real* sx = sW + W_SIZE;
+    real* sy = sx + N;
+    real* sB0 = sy + N;  // two buffers of N
+    // Persistent loop over tiles of systems (one tile = the systems of one block); the
+    // loop condition depends on the block only, so the compiler sees it as uniform.
+#if NSTAR > 32
+    const long long spb = 1;
+#else
+    const long long spb = (long long)(blockDim.x >> 5) * SPW;
+#endif
+    const long long stride = (long long)gridDim.x * spb;
+
+    prefetch_system(A + (g.sys < batch ? g.sys : 0) * (N * N), B + (g.sys < batch ? g.sys : 0) * N, sbase, sB0, g,
+                    g.sys < batch);
+    cp_async_commit();
+#pragma unroll 1
+    for (long long tile = blockIdx.x, it = 0; tile * spb < batch; tile += gridDim.x, ++it, g.sys += stride) {
+        const int buf = it & 1;
+        const long long next = g.sys + stride;
+        prefetch_system(A + (next < batch ? next : 0) * (N * N), B + (next < batch ? next : 0) * N,
+                        sbase + (buf ^ 1) * PA, sB0 + (buf ^ 1) * N, g, next < batch);
+        cp_async_commit();
+        cp_async_wait<1>();
+        group_sync();
+        const real* sA = sbase + buf * PA;
+        const real* sB = sB0 + buf * N;
+        const bool active = g.sys < batch;
+        const long long sys = active ? g.sys : 0;
+
+        // Rows into registers: a[s][k] = A_ik, k <= i (the identity for an inactive
+        // system), checking that the lower triangle and b are finite.
+        bool bad = false;
+        real a[R][N];
+        real b[R];
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            int i = g.t + s * NSTAR;
+            bool own = g.t < NSTAR && i < N;
+            b[s] = (own && active) ? sB[i] : (real)0;
+            bad |= !finite(b[s]);
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+                if (k <= row_max(s)) {
+                    real v = (own && k <= i) ? (active ? sA[packed_col(k) + i - k] : (real)(k == i ? 1 : 0)) : (real)0;
+                    bad |= !finite(v);
+                    a[s][k] = v;
+                }
+            }
+        }
+
+        // Factorization, column after column.
+        real rd[R];  // 1 / D_ii of the owned rows
+#pragma unroll
+        for (int s = 0; s < R; ++s) rd[s] = 0;
+        bool not_pd = false;
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+            // t_ij = A_ij - sum_{k<j} L_ik W_jk, with the even and odd k summed in two
+            // chains (twice the instruction-level parallelism of one running sum).
+            real acc[R], acc2[R];
+#pragma unroll
+            for (int s = 0; s < R; ++s) {
+                if (row_max(s) >= j) {
+                    acc[s] = a[s][j];
+                    acc2[s] = 0;
+                }
+            }
+#pragma unroll
+            for (int k0 = 0; k0 < N; k0 += VEC) {
+                if (k0 < j) {
+                    real w[VEC];
+                    load_vec(w, sW + w_row(j) + k0);
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e) {
+                        if (k0 + e < j) {
+#pragma unroll
+                            for (int s = 0; s < R; ++s) {
+                                if (row_max(s) >= j) {
+                                    if ((k0 + e) & 1) acc2[s] += a[s][k0 + e] * w[e];
+                                    else acc[s] -= a[s][k0 + e] * w[e];
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+#pragma unroll
+            for (int s = 0; s < R; ++s) {
+                if (row_max(s) >= j && j >= 2) acc[s] -= acc2[s];
+            }
+#pragma unroll
+            for (int s = 0; s < R; ++s) {
+                int i = g.t + s * NSTAR;
+                if (row_max(s) >= j && g.t < NSTAR && i >= j && i < N) sW[w_row_rt(i) + j] = acc[s];
+            }
+            group_sync();
+            const real d = sW[w_row(j) + j];
+            not_pd |= !(d > (real)0 && d <= REAL_MAX);
+            const real r = (real)1 / d;
+#pragma unroll
+            for (int s = 0; s < R; ++s) {
+                if (row_max(s) >= j) {
+                    // Rows i < j never read a[s][j] again; row j keeps 1 / D_j in rd.
+                    a[s][j] = acc[s] * r;
+                    if (s == j / NSTAR && g.t == j % NSTAR) rd[s] = r;
+                }
+            }
+        }
+
+        // Forward substitution L y = b: y_k is final in its owner's register once the
+        // columns k' < k have been subtracted.
+        // The update runs on every row; a row i <= k is already final and was saved in
+        // yf when it was broadcast, so what happens to its y afterwards is irrelevant.
+        real y[R], yf[R];
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            y[s] = b[s];
+            yf[s] = 0;
+        }
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            real yk;
+            if (g.t == k % NSTAR) yf[k / NSTAR] = y[k / NSTAR];
+#if NSTAR > 32
+            if (g.t == k % NSTAR) sy[k] = y[k / NSTAR];
+            group_sync();
+            yk = sy[k];
+#else
+            yk = group_bcast(y[k / NSTAR], g, k % NSTAR);
+#endif
+#pragma unroll
+            for (int s = 0; s < R; ++s) {
+                if (row_max(s) > k) y[s] -= a[s][k] * yk;
+            }
+        }
+
+        // Back substitution D L^T x = y, column-oriented:
+        // x_k = (y_k - sum_{i>k} W_ik x_i) / D_k.
+        // As above, rows i >= k keep updating a dead copy; their index is clamped so
+        // that the read stays inside W.
+        real x[R];
+        int ic[R];
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            x[s] = 0;
+            y[s] = yf[s];
+            ic[s] = min(g.t + s * NSTAR, N - 1);
+        }
+#pragma unroll
+        for (int k = N - 1; k >= 0; --k) {
+            const int sk = k / NSTAR, tk = k % NSTAR;
+            real xk_own = y[sk] * rd[sk];
+            if (g.t == tk) {
+                x[sk] = xk_own;
+                sx[k] = xk_own;
+            }
+            real xk;
+#if NSTAR > 32
+            group_sync();
+            xk = sx[k];
+#else
+            xk = group_bcast(xk_own, g, tk);
+#endif
+#pragma unroll
+            for (int s = 0; s < R; ++s) {
+                if (row_min(s) < k) y[s] -= sW[w_row(k) + ic[s]] * xk;
+            }
+        }
+        group_sync();
+
+        bad = group_any(bad, g, iscratch);
+        double res = group_residual(sA, sx, b, x, g, red_scratch, iscratch);
+        unsigned status = bad ? STATUS_NON_FINITE_INPUT
+                        : not_pd ? STATUS_NOT_POSITIVE_DEFINITE
+                        : isnan(res) ? STATUS_FAILED : STATUS_OK;
+        if (active) {
+            const bool no_solution = status == STATUS_NON_FINITE_INPUT || status == STATUS_NOT_POSITIVE_DEFINITE;
+#pragma unroll
+            for (int s = 0; s < R; ++s) {
+                int i = g.t + s * NSTAR;
+                if (g.t < NSTAR && i < N) __stcs(X + sys * N + i, no_solution ? real_nan() : x[s]);
+            }
+            if (g.t == 0) {
+                GpuReport rp;
+                rp.residual = no_solution ? __longlong_as_double(0x7ff8000000000000ULL) : res;
+                rp.method = METHOD_LDLT;
+                rp.status = status;
+                rep[sys] = rp;
+            }
+        }
+        // Everyone is done with this buffer before the next iteration refills it.
+        group_sync();
+    }
+    cp_async_wait<0>();
+}
+
+#else  // one thread per system
+
+// Shared memory: per thread, the packed lower triangle (PA entries) and a vector of n;
+// entry p of thread u at S[p * blockDim.x + u].
+extern "C" __global__ void ENTRY(ldlt_simd)(const real* __restrict__ A, const real* __restrict__ B,
+                                           real* __restrict__ X, GpuReport* __restrict__ rep,
+                                           long long batch) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    constexpr int PA = N * (N + 1) / 2;
+    real* S = reinterpret_cast<real*>(smem_raw);
+    const int T = blockDim.x;
+    const int u = threadIdx.x;
+    const long long sys0 = (long long)blockIdx.x * T;
+    // Cooperative, coalesced copy of the block's matrices (whole columns, lower kept).
+    for (int e = u; e < T * N * N; e += T) {
+        int w = e / (N * N), rc = e % (N * N), c = rc / N, r = rc % N;
+        if (r >= c) {
+            real v = (sys0 + w < batch) ? A[(sys0 + w) * (N * N) + rc] : (real)(r == c ? 1 : 0);
+            S[(packed_col(c) + r - c) * T + w] = v;
+        }
+    }
+    __syncthreads();
+    const long long sys = sys0 + u;
+    const bool active = sys < batch;
+#define SA(r, c) S[(packed_col(c) + (r) - (c)) * T + u]
+#define SV(i) S[(PA + (i)) * T + u]
+    bool bad = false;
+    for (int p = 0; p < PA; ++p) bad |= !finite(S[p * T + u]);
+    for (int i = 0; i < N; ++i) {
+        real v = active ? B[sys * N + i] : (real)0;
+        bad |= !finite(v);
+        SV(i) = v;
+    }
+    bool not_pd = false;
+    for (int j = 0; j < N; ++j) {
+        real d = SA(j, j);
+        for (int k = 0; k < j; ++k) d -= SA(j, k) * (SA(j, k) * SA(k, k));
+        not_pd |= !(d > (real)0 && d <= REAL_MAX);
+        SA(j, j) = d;
+        for (int i = j + 1; i < N; ++i) {
+            real t = SA(i, j);
+            for (int k = 0; k < j; ++k) t -= SA(i, k) * (SA(j, k) * SA(k, k));
+            SA(i, j) = t / d;
+        }
+    }
+    for (int i = 0; i < N; ++i) {  // L y = b
+        real t = SV(i);
+        for (int k = 0; k < i; ++k) t -= SA(i, k) * SV(k);
+        SV(i) = t;
+    }
+    for (int i = 0; i < N; ++i) SV(i) = SV(i) / SA(i, i);
+    for (int i = N - 1; i >= 0; --i) {  // L^T x = z
+        real t = SV(i);
+        for (int k = i + 1; k < N; ++k) t -= SA(k, i) * SV(k);
+        SV(i) = t;
+    }
+    // Residual against the original matrix, read again from global memory.
+    real r_max = 0, a_max = 0, x_max = 0, b_max = 0;
+    bool nan_row = false;
+    const real* gA = A + (active ? sys : 0) * (N * N);
+    for (int i = 0; i < N && active; ++i) {
+        real acc = 0, row = 0;
+        for (int c = 0; c < N; ++c) {
+            real aic = i >= c ? gA[i + c * N] : gA[c + i * N];
+            acc += aic * SV(c);
+            row += fabs(aic);
+        }
+        real bi = B[sys * N + i];
+        real ri = fabs(bi - acc);
+        real xi = SV(i);
+        if (isnan(ri) || !finite(xi)) nan_row = true;
+        r_max = fmax(r_max, ri);
+        a_max = fmax(a_max, row);
+        x_max = fmax(x_max, fabs(xi));
+        b_max = fmax(b_max, fabs(bi));
+    }
+    double den = (double)a_max * (double)x_max + (double)b_max;
+    double res = nan_row ? __longlong_as_double(0x7ff8000000000000ULL) : (den == 0.0 ? 0.0 : (double)r_max / den);
+    unsigned status = bad ? STATUS_NON_FINITE_INPUT
+                    : not_pd ? STATUS_NOT_POSITIVE_DEFINITE
+                    : isnan(res) ? STATUS_FAILED : STATUS_OK;
+    if (active) {
+        const bool no_solution = status == STATUS_NON_FINITE_INPUT || status == STATUS_NOT_POSITIVE_DEFINITE;
+        for (int i = 0; i < N; ++i) X[sys * N + i] = no_solution ? real_nan() : SV(i);
+        GpuReport rp;
+        rp.residual = no_solution ? __longlong_as_double(0x7ff8000000000000ULL) : res;
+        rp.method = METHOD_LDLT;
+        rp.status = status;
+        rep[sys] = rp;
+    }
+#undef SA
+#undef SV
+}
+
+#endif

@@ -1,0 +1,514 @@
+//! [`GpuBatchSolver`]: the batched symmetric solver on one CUDA device.
+
+use super::module::{CompiledKernel, KernelFamily, KernelKey, ModuleCache};
+use super::{probe, tuning, GpuError};
+use crate::{
+    BatchSummary, Method, Real, SolverParams, Status, Strategy, SymmetricBatch, SystemReport, MAX_N,
+};
+use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
+use cudarc::driver::{
+    CudaContext, CudaSlice, CudaStream, CudaView, CudaViewMut, DeviceRepr, LaunchConfig,
+    PushKernelArg, ValidAsZeroBits,
+};
+use std::sync::Arc;
+
+/// Element types the kernels are instantiated for (`f32`, `f64`).
+pub trait GpuReal: Real + DeviceRepr + ValidAsZeroBits {
+    /// `true` for `f64`.
+    const IS_F64: bool;
+}
+impl GpuReal for f32 {
+    const IS_F64: bool = false;
+}
+impl GpuReal for f64 {
+    const IS_F64: bool = true;
+}
+
+/// Per-system result written by the kernels (`struct GpuReport` in `cuda/common.cu`):
+/// the relative residual (NaN where no solution was produced), and the codes of
+/// [`Method`] and [`Status`] in declaration order. 16 bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct GpuReport {
+    pub residual: f64,
+    pub method: u32,
+    pub status: u32,
+}
+
+// SAFETY: plain `#[repr(C)]` struct of an f64 and two u32 with no padding, identical
+// to the CUDA `struct GpuReport { double; unsigned; unsigned; }`.
+unsafe impl DeviceRepr for GpuReport {}
+// SAFETY: all-zero bits are a valid value (0.0, Ldlt, Ok).
+unsafe impl ValidAsZeroBits for GpuReport {}
+
+impl GpuReport {
+    /// The host report. Unknown codes (an unwritten, poisoned entry) map to
+    /// [`Status::Failed`] with a NaN residual.
+    pub fn to_system_report(self) -> SystemReport {
+        let method = match self.method {
+            0 => Some(Method::Ldlt),
+            1 => Some(Method::HouseholderPcr),
+            2 => Some(Method::DivideConquer),
+            _ => None,
+        };
+        let status = match self.status {
+            0 => Some(Status::Ok),
+            1 => Some(Status::NotPositiveDefinite),
+            2 => Some(Status::Failed),
+            3 => Some(Status::NonFiniteInput),
+            _ => None,
+        };
+        match (method, status) {
+            (Some(method), Some(status)) => SystemReport {
+                method,
+                status,
+                residual: self.residual,
+                discarded: 0,
+            },
+            _ => SystemReport {
+                method: method.unwrap_or_default(),
+                status: Status::Failed,
+                residual: f64::NAN,
+                discarded: 0,
+            },
+        }
+    }
+}
+
+/// How the `L D L^T` kernel shares a system between threads (Section 3.2 of the paper).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum LdltOrganisation {
+    /// The measured best `n*` for this `n` and precision ([`tuning::ldlt_hybrid_nstar`]).
+    #[default]
+    Auto,
+    /// One thread per system, the matrix in shared memory.
+    Simd,
+    /// `n` threads per system.
+    Collaborative,
+    /// `nstar` threads per system (`1..=64`); thread `t` owns rows `t, t + nstar, ...`.
+    Hybrid { nstar: usize },
+}
+
+/// Kernel choices of [`GpuBatchSolver::solve_batched_gpu`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GpuOptions {
+    pub ldlt: LdltOrganisation,
+    /// Threads per system of Householder + PCR (`None`: [`tuning::householder_nstar`]).
+    pub householder_nstar: Option<usize>,
+}
+
+/// What a launch used: kernel, geometry and resources.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaunchInfo {
+    pub kernel: String,
+    /// Threads per system (1 for SIMD).
+    pub nstar: usize,
+    pub block_threads: u32,
+    pub grid_blocks: u32,
+    pub shared_bytes_per_block: usize,
+    pub registers: i32,
+    /// Local memory per thread (register spills); 0 is the goal.
+    pub local_bytes: i32,
+    /// Resident blocks per multiprocessor (occupancy calculator).
+    pub blocks_per_sm: u32,
+    /// Resident warps per multiprocessor.
+    pub warps_per_sm: u32,
+}
+
+/// Properties of the device read once at start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceInfo {
+    pub ordinal: usize,
+    pub name: String,
+    pub compute_capability: (i32, i32),
+    pub multiprocessors: u32,
+    pub shared_per_block_optin: usize,
+    pub shared_per_multiprocessor: usize,
+    pub l2_bytes: usize,
+    pub total_memory: usize,
+}
+
+/// The batched symmetric solver on one CUDA device: context, one stream, compiled
+/// modules. All device buffers passed to it must belong to its context and are used
+/// in the order of its stream ([`GpuBatchSolver::stream`]).
+#[derive(Debug)]
+pub struct GpuBatchSolver {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    info: DeviceInfo,
+    cache: ModuleCache,
+}
+
+fn attr(ctx: &CudaContext, a: CUdevice_attribute) -> Result<usize, GpuError> {
+    Ok(ctx.attribute(a)?.max(0) as usize)
+}
+
+impl GpuBatchSolver {
+    /// Opens device `ordinal` after [`probe`]: creates the context and a stream.
+    ///
+    /// # Errors
+    /// [`GpuError::NoDevice`] if there is no usable device, [`GpuError::Cuda`] if
+    /// context creation fails.
+    pub fn new(ordinal: usize) -> Result<Self, GpuError> {
+        let count = probe()?;
+        if ordinal >= count {
+            return Err(GpuError::NoDevice {
+                reason: format!("device {ordinal} requested, {count} present"),
+            });
+        }
+        let ctx = CudaContext::new(ordinal)?;
+        // SAFETY: the solver issues all its work on its single stream, so stream order
+        // already orders every read and write; callers are told to use that stream.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.default_stream();
+        let info = DeviceInfo {
+            ordinal,
+            name: ctx.name()?,
+            compute_capability: ctx.compute_capability()?,
+            multiprocessors: attr(
+                &ctx,
+                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            )? as u32,
+            shared_per_block_optin: attr(
+                &ctx,
+                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            )?,
+            shared_per_multiprocessor: attr(
+                &ctx,
+                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
+            )?,
+            l2_bytes: attr(&ctx, CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)?,
+            total_memory: ctx.total_mem()?,
+        };
+        let cache = ModuleCache::new(ctx.clone(), info.compute_capability);
+        Ok(Self {
+            ctx,
+            stream,
+            info,
+            cache,
+        })
+    }
+
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+    /// The stream all work is issued on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+    pub fn device(&self) -> &DeviceInfo {
+        &self.info
+    }
+    pub fn modules(&self) -> &ModuleCache {
+        &self.cache
+    }
+
+    /// The kernel key and `n*` that `strategy` with `options` uses for size `n`.
+    ///
+    /// # Errors
+    /// [`GpuError::Unsupported`] for strategies without a GPU kernel,
+    /// [`GpuError::Invalid`] for `n` or `n*` out of range.
+    pub fn kernel_key<T: GpuReal>(
+        &self,
+        n: usize,
+        strategy: Strategy,
+        options: &GpuOptions,
+    ) -> Result<(KernelKey, usize), GpuError> {
+        if !(1..=MAX_N).contains(&n) {
+            return Err(GpuError::Invalid(format!("n = {n} outside 1..={MAX_N}")));
+        }
+        let eb = std::mem::size_of::<T>();
+        let key = |family, nstar: usize, elems: usize| {
+            let spw = tuning::systems_per_warp(nstar);
+            KernelKey {
+                family,
+                f64: T::IS_F64,
+                n: n as u32,
+                nstar: nstar as u32,
+                sys_stride: tuning::padded_stride(elems, eb, spw) as u32,
+            }
+        };
+        let check = |nstar: usize| {
+            if (1..=64).contains(&nstar) {
+                Ok(nstar)
+            } else {
+                Err(GpuError::Invalid(format!("n* = {nstar} outside 1..=64")))
+            }
+        };
+        match strategy {
+            Strategy::Ldlt => {
+                let nstar = match options.ldlt {
+                    LdltOrganisation::Simd => {
+                        return Ok((
+                            KernelKey {
+                                family: KernelFamily::LdltSimd,
+                                f64: T::IS_F64,
+                                n: n as u32,
+                                nstar: 0,
+                                sys_stride: 0,
+                            },
+                            1,
+                        ))
+                    }
+                    LdltOrganisation::Auto => tuning::ldlt_hybrid_nstar(n, T::IS_F64),
+                    LdltOrganisation::Collaborative => n,
+                    LdltOrganisation::Hybrid { nstar } => check(nstar)?,
+                };
+                Ok((
+                    key(
+                        KernelFamily::LdltGroup,
+                        nstar,
+                        tuning::ldlt_group_elems(n, eb),
+                    ),
+                    nstar,
+                ))
+            }
+            Strategy::HouseholderPcr => {
+                let nstar = check(
+                    options
+                        .householder_nstar
+                        .unwrap_or_else(|| tuning::householder_nstar(n, T::IS_F64)),
+                )?;
+                Ok((
+                    key(
+                        KernelFamily::HouseholderPcr,
+                        nstar,
+                        tuning::householder_elems(n),
+                    ),
+                    nstar,
+                ))
+            }
+            s => Err(GpuError::Unsupported(s)),
+        }
+    }
+
+    /// Launch geometry for `kernel` over `batch` systems: block size chosen to maximise
+    /// resident warps per SM (occupancy calculator, from the device's shared memory per
+    /// SM and the kernel's registers), dynamic shared-memory limit raised when above
+    /// 48 KiB.
+    fn geometry<T: GpuReal>(
+        &self,
+        kernel: &CompiledKernel,
+        entry: &str,
+        nstar: usize,
+        batch: usize,
+    ) -> Result<(LaunchConfig, LaunchInfo), GpuError> {
+        let key = kernel.key;
+        let n = key.n as usize;
+        let eb = std::mem::size_of::<T>();
+        let f = kernel.function(entry);
+        let limit = self.info.shared_per_block_optin;
+        // (threads per block, systems per block, dynamic shared bytes) candidates.
+        let candidates: Vec<(u32, usize, usize)> = match key.family {
+            KernelFamily::LdltSimd => [1usize, 2, 4, 8, 16, 32, 64]
+                .iter()
+                .map(|&t| (t as u32, t, t * tuning::ldlt_simd_elems(n) * eb))
+                .collect(),
+            _ if nstar > 32 => vec![(64, 1, key.sys_stride as usize * eb)],
+            _ => {
+                let spw = tuning::systems_per_warp(nstar);
+                [1usize, 2, 4]
+                    .iter()
+                    .map(|&w| {
+                        (
+                            (32 * w) as u32,
+                            w * spw,
+                            w * spw * key.sys_stride as usize * eb,
+                        )
+                    })
+                    .collect()
+            }
+        };
+        let mut best: Option<(u32, usize, usize, u32, u32)> = None;
+        for (threads, systems, smem) in candidates {
+            if smem + kernel.static_shared_bytes as usize > limit {
+                continue;
+            }
+            if smem > 48 * 1024 {
+                f.set_attribute(
+                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    smem as i32,
+                )?;
+            }
+            let blocks = f.occupancy_max_active_blocks_per_multiprocessor(threads, smem, None)?;
+            // Resident systems per SM, then fewer threads per block on ties.
+            let score = blocks * systems as u32;
+            let warps = blocks * threads.div_ceil(32);
+            if blocks > 0 && best.is_none_or(|b| score > b.3 * b.1 as u32) {
+                best = Some((threads, systems, smem, blocks, warps));
+            }
+        }
+        let Some((threads, systems, smem, blocks_per_sm, warps_per_sm)) = best else {
+            let needed = match key.family {
+                KernelFamily::LdltSimd => tuning::ldlt_simd_elems(n) * eb,
+                _ => key.sys_stride as usize * eb,
+            };
+            return Err(GpuError::SharedMemory {
+                kernel: key.label(),
+                needed,
+                limit,
+            });
+        };
+        // The group kernels are persistent (each block loops over tiles of systems while
+        // the next tile's matrices are being copied): one wave of resident blocks.
+        let tiles = batch.div_ceil(systems).max(1);
+        let grid = match key.family {
+            KernelFamily::LdltSimd => tiles,
+            _ => tiles.min(blocks_per_sm as usize * self.info.multiprocessors as usize),
+        };
+        let grid = u32::try_from(grid)
+            .map_err(|_| GpuError::Invalid(format!("batch {batch} too large for one launch")))?;
+        let cfg = LaunchConfig {
+            grid_dim: (grid, 1, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: smem as u32,
+        };
+        let info = LaunchInfo {
+            kernel: key.label(),
+            nstar,
+            block_threads: threads,
+            grid_blocks: grid,
+            shared_bytes_per_block: smem + kernel.static_shared_bytes as usize,
+            registers: kernel.registers,
+            local_bytes: kernel.local_bytes,
+            blocks_per_sm,
+            warps_per_sm,
+        };
+        Ok((cfg, info))
+    }
+
+    /// Compiles (once) the kernels that `strategy` needs for the sizes `ns`, in parallel.
+    ///
+    /// # Errors
+    /// As [`GpuBatchSolver::kernel_key`] and compilation errors.
+    pub fn prepare<T: GpuReal>(
+        &self,
+        ns: &[usize],
+        strategy: Strategy,
+        options: &GpuOptions,
+    ) -> Result<(), GpuError> {
+        let keys = ns
+            .iter()
+            .map(|&n| self.kernel_key::<T>(n, strategy, options).map(|k| k.0))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.cache.precompile(&keys)
+    }
+
+    /// Solves the `batch = b.len() / n` systems `A_i x_i = b_i` on the device with
+    /// `strategy` (`Ldlt` or `HouseholderPcr`; the others return
+    /// [`GpuError::Unsupported`] for now).
+    ///
+    /// * `a`: `batch * n * n`, matrix `i` column-major at `a[i*n*n..]`, lower triangle read.
+    /// * `b`: `batch * n`; `x`: `batch * n`, solution `i` at `x[i*n..]` (NaN where no
+    ///   solution was produced, as [`crate::solve_batched`]).
+    /// * `reports`: `batch` entries, see [`GpuReport`].
+    ///
+    /// The work is queued on [`GpuBatchSolver::stream`]; the call returns without
+    /// waiting for it. `params` is accepted for symmetry with the CPU driver (its
+    /// tolerance only matters for escalation).
+    ///
+    /// # Errors
+    /// Unsupported strategy, invalid `n*`, compilation, shared memory or launch errors.
+    ///
+    /// # Panics
+    /// If the buffer lengths do not match `n`.
+    #[track_caller]
+    #[allow(clippy::too_many_arguments)]
+    pub fn solve_batched_gpu<T: GpuReal>(
+        &self,
+        n: usize,
+        a: &CudaView<'_, T>,
+        b: &CudaView<'_, T>,
+        x: &mut CudaViewMut<'_, T>,
+        reports: &mut CudaViewMut<'_, GpuReport>,
+        strategy: Strategy,
+        params: &SolverParams,
+        options: &GpuOptions,
+    ) -> Result<LaunchInfo, GpuError> {
+        let _ = params;
+        assert!((1..=MAX_N).contains(&n), "n = {n} outside 1..={MAX_N}");
+        assert_eq!(
+            b.len() % n,
+            0,
+            "b.len() = {} is not a multiple of n = {n}",
+            b.len()
+        );
+        let batch = b.len() / n;
+        assert_eq!(a.len(), batch * n * n, "a.len() must be batch*n*n");
+        assert_eq!(x.len(), batch * n, "x.len() must be batch*n");
+        assert_eq!(reports.len(), batch, "reports.len() must be batch");
+        let (key, nstar) = self.kernel_key::<T>(n, strategy, options)?;
+        let kernel = self.cache.get(key)?;
+        let entry = match key.family {
+            KernelFamily::LdltGroup => "ldlt_group",
+            KernelFamily::LdltSimd => "ldlt_simd",
+            KernelFamily::HouseholderPcr => "householder_pcr",
+            KernelFamily::Util => unreachable!(),
+        };
+        let (cfg, info) = self.geometry::<T>(&kernel, entry, nstar, batch)?;
+        if batch == 0 {
+            return Ok(info);
+        }
+        let batch_arg = batch as i64;
+        let f = kernel.function(entry);
+        let mut launch = self.stream.launch_builder(f);
+        launch.arg(a).arg(b).arg(x).arg(reports).arg(&batch_arg);
+        // SAFETY: every kernel of these families has the signature
+        // (const real* A, const real* B, real* X, GpuReport* rep, long long batch),
+        // with `real` = T (the module was compiled for T); A holds batch*n*n, B and X
+        // batch*n, rep batch elements (checked above), and the grid covers exactly the
+        // systems < batch, which the kernel also checks. X and rep are written only,
+        // A and B read only; the views are distinct borrows, so nothing aliases.
+        unsafe { launch.launch(cfg) }?;
+        Ok(info)
+    }
+
+    /// Host convenience: copies the batch to the device, solves it with
+    /// [`GpuBatchSolver::solve_batched_gpu`], copies `x` and the reports back and
+    /// returns the summary (as [`crate::solve_batched`]).
+    ///
+    /// # Errors
+    /// As [`GpuBatchSolver::solve_batched_gpu`] and copy errors.
+    ///
+    /// # Panics
+    /// If `x` or `reports` have the wrong length.
+    #[track_caller]
+    pub fn solve_batched_host<T: GpuReal>(
+        &self,
+        batch: &SymmetricBatch<'_, T>,
+        x: &mut [T],
+        reports: &mut [SystemReport],
+        strategy: Strategy,
+        params: &SolverParams,
+        options: &GpuOptions,
+    ) -> Result<BatchSummary, GpuError> {
+        let n = batch.n;
+        assert_eq!(x.len(), batch.batch * n, "x.len() must be batch*n");
+        assert_eq!(reports.len(), batch.batch, "reports.len() must be batch");
+        let a_dev = self.stream.clone_htod(batch.a)?;
+        let b_dev = self.stream.clone_htod(batch.b)?;
+        let mut x_dev: CudaSlice<T> = self.stream.clone_htod(&vec![T::NAN; x.len()])?;
+        let mut r_dev: CudaSlice<GpuReport> = self.stream.alloc_zeros(batch.batch.max(1))?;
+        self.solve_batched_gpu(
+            n,
+            &a_dev.as_view(),
+            &b_dev.as_view(),
+            &mut x_dev.as_view_mut(),
+            &mut r_dev.slice_mut(0..batch.batch),
+            strategy,
+            params,
+            options,
+        )?;
+        self.stream.memcpy_dtoh(&x_dev, x)?;
+        let host_reports = self.stream.clone_dtoh(&r_dev)?;
+        self.stream.synchronize()?;
+        for (r, g) in reports.iter_mut().zip(host_reports) {
+            *r = g.to_system_report();
+        }
+        Ok(BatchSummary::from_reports(
+            reports,
+            Method::Ldlt,
+            params.memory_fraction,
+        ))
+    }
+}

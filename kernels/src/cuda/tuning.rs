@@ -1,0 +1,155 @@
+//! Tunables of the GPU kernels: the number of communicating threads `n*` per system
+//! (the paper's Fig. 5, measured here on an H100), and the shared-memory layout.
+
+/// `n*` of the hybrid `L D L^T` for size `n` (Algorithm 1): the number of threads
+/// that share one system. Measured on one H100 SXM (132 SMs) with batch 2^20
+/// (2^18-2^19 for n >= 48) by `bench_solvers` over n* in {2, 4, 8, 16, 32, 64, n};
+/// see benches/RESULTS.md. Sizes between the measured ones take the value of the
+/// next measured size.
+pub fn ldlt_hybrid_nstar(n: usize, f64: bool) -> usize {
+    let nstar = match (n, f64) {
+        (0..=4, _) => 2,
+        (5..=8, _) => 4,
+        (9..=16, true) => 8,
+        (9..=16, false) => 4,
+        (17..=32, true) => 16,
+        (17..=32, false) => 8,
+        (33..=48, true) => 32,
+        (33..=48, false) => 16,
+        (_, true) => 64,
+        (_, false) => 32,
+    };
+    nstar.min(n.max(1))
+}
+
+/// Four-byte registers per thread that the rows of the hybrid `L D L^T` occupy:
+/// slot `s` holds row entries `0..min(n, (s+1) n*)`. Above about 160 the kernel
+/// spills; the `n*` sweep of the benchmark skips such configurations.
+pub fn ldlt_row_registers(n: usize, nstar: usize, elem_bytes: usize) -> usize {
+    let slots = n.div_ceil(nstar.max(1));
+    (0..slots).map(|s| n.min((s + 1) * nstar)).sum::<usize>() * elem_bytes / 4
+}
+
+/// Four-byte registers per thread that the full rows of Householder + PCR occupy
+/// (`ceil(n / n*) * n` entries); above about 128 the kernel spills.
+pub fn householder_row_registers(n: usize, nstar: usize, elem_bytes: usize) -> usize {
+    n.div_ceil(nstar.max(1)) * n * elem_bytes / 4
+}
+
+/// `n*` of the Householder + PCR kernel for size `n` (threads per system), measured
+/// like [`ldlt_hybrid_nstar`] over n* in {4, 8, 16, 32, 64} (configurations whose rows
+/// do not fit in registers excluded).
+pub fn householder_nstar(n: usize, f64: bool) -> usize {
+    let nstar = match (n, f64) {
+        (0..=8, true) => 4,
+        (9..=16, true) => 8,
+        (17..=32, true) => 16,
+        (_, true) => 64,
+        (0..=16, false) => 4,
+        (17..=30, false) => 16,
+        (31..=32, false) => 8,
+        (33..=48, false) => 32,
+        (_, false) => 64,
+    };
+    nstar.min(n.max(1).next_power_of_two()).max(1)
+}
+
+/// Width of the lane segment of a group of `nstar` threads (next power of two; 64 for
+/// `nstar > 32`, where one group is one block of 64 threads).
+pub fn group_width(nstar: usize) -> usize {
+    if nstar > 32 {
+        64
+    } else {
+        nstar.next_power_of_two()
+    }
+}
+
+/// Systems per warp for `nstar` threads per system.
+pub fn systems_per_warp(nstar: usize) -> usize {
+    let gw = group_width(nstar);
+    if gw >= 32 {
+        1
+    } else {
+        32 / gw
+    }
+}
+
+/// Shared-memory elements per system, padded so that the systems of one warp start in
+/// different banks and on 16-byte boundaries: with `spw` systems per warp, consecutive
+/// systems are offset by `max(32 / spw, 4)` four-byte words modulo 32, so that their
+/// threads' simultaneous accesses to the same relative entry do not collide and
+/// 16-byte vector loads stay aligned.
+pub fn padded_stride(elems: usize, elem_bytes: usize, spw: usize) -> usize {
+    let words_per_elem = elem_bytes / 4;
+    let target = (32 / spw.max(1)).max(4) % 32;
+    let mut s = elems;
+    while (s * words_per_elem) % 32 != target {
+        s += 1;
+    }
+    s
+}
+
+/// Shared-memory elements per system of the `L D L^T` group kernel (`cuda/ldlt.cu`):
+/// two buffers of packed `A` (the current system and the next one, being copied),
+/// `W` row-major with rows padded to 16 bytes, two vectors and two buffers of `b`.
+pub fn ldlt_group_elems(n: usize, elem_bytes: usize) -> usize {
+    let vec = 16 / elem_bytes;
+    let round = |v: usize| v.div_ceil(vec) * vec;
+    let w_size: usize = (0..n).map(|j| round(j + 1)).sum();
+    round(n * (n + 1)) + w_size + 4 * n
+}
+
+/// Shared-memory elements per system of the Householder + PCR kernel: two buffers of
+/// packed `A`, 14 vectors of length `n` and two buffers of `b`.
+pub fn householder_elems(n: usize) -> usize {
+    n * (n + 1) + 16 * n
+}
+
+/// Shared-memory elements per thread of the one-thread-per-system `L D L^T`.
+pub fn ldlt_simd_elems(n: usize) -> usize {
+    n * (n + 1) / 2 + n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strides_offset_banks() {
+        for n in 1..=64 {
+            for (eb, spw) in [
+                (4, 1),
+                (8, 1),
+                (4, 2),
+                (4, 4),
+                (8, 2),
+                (8, 4),
+                (8, 8),
+                (4, 16),
+                (8, 32),
+            ] {
+                let e = ldlt_group_elems(n, eb);
+                let s = padded_stride(e, eb, spw);
+                assert!(s >= e && s < e + 32);
+                let w = s * eb / 4;
+                assert_eq!(w % 32, (32 / spw).max(4) % 32);
+                assert_eq!((s * eb) % 16, 0);
+            }
+        }
+    }
+
+    #[test]
+    fn group_geometry() {
+        assert_eq!(systems_per_warp(8), 4);
+        assert_eq!(systems_per_warp(10), 2);
+        assert_eq!(systems_per_warp(30), 1);
+        assert_eq!(systems_per_warp(64), 1);
+        assert_eq!(group_width(33), 64);
+        for n in 1..=64 {
+            for f64 in [false, true] {
+                assert!((1..=64).contains(&ldlt_hybrid_nstar(n, f64)));
+                assert!((1..=64).contains(&householder_nstar(n, f64)));
+            }
+        }
+    }
+}
