@@ -18,15 +18,17 @@ use std::time::Instant;
 
 #[derive(Args, Debug, Clone)]
 pub struct SolverBenchArgs {
-    /// Backend: `cpu` (the GPU solvers are not part of this version).
-    #[arg(long, default_value = "cpu")]
-    pub backend: String,
+    /// Backends, comma-separated: `cpu`, `gpu` (CUDA kernels and cuSOLVER on the same
+    /// matrices).
+    #[arg(long, value_delimiter = ',', default_value = "cpu")]
+    pub backend: Vec<String>,
     /// System sizes for the `paper` family.
     #[arg(long, value_delimiter = ',', default_value = "4,8,16,30,32,48,64")]
     pub n: Vec<usize>,
-    /// Systems per batch.
-    #[arg(long, default_value_t = 16384)]
-    pub batch: usize,
+    /// Systems per batch (default: 16384 on the CPU, 2^20 on the GPU, fewer where the
+    /// matrices would exceed 10 GiB).
+    #[arg(long)]
+    pub batch: Option<usize>,
     /// Precisions: f32, f64.
     #[arg(long, value_delimiter = ',', default_value = "f64,f32")]
     pub precision: Vec<String>,
@@ -60,18 +62,28 @@ pub struct SolverBenchArgs {
     pub out: Option<PathBuf>,
 }
 
-/// One measured (family, n, precision, strategy) combination.
+/// One measured (backend, family, n, precision, strategy) combination.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct SolverBenchRow {
     pub backend: String,
+    /// `cpu`, or the GPU's name.
+    pub device: String,
     pub family: String,
     pub n: usize,
     pub batch: usize,
     pub precision: String,
+    /// A strategy (`ldlt`, ...), a GPU organisation (`ldlt-hybrid`, ...) or a vendor
+    /// routine (`cusolver-potrf-potrs`).
     pub strategy: String,
-    /// Median wall time of one batched solve.
+    /// GPU threads per system (0 on the CPU and for vendor routines).
+    pub nstar: usize,
+    /// Median wall time of one batched solve (GPU: device events, matrices already on
+    /// the device).
     pub seconds: f64,
     pub systems_per_second: f64,
+    /// GPU only: systems/s if every byte of `A`, `b` and `x` crossed device memory once
+    /// at the measured copy bandwidth (NaN on the CPU).
+    pub floor_systems_per_second: f64,
     /// Largest relative residual `||Ax-b||/(||A|| ||x|| + ||b||)` (NaN-propagating).
     pub max_residual: f64,
     pub ldlt: usize,
@@ -119,13 +131,16 @@ fn bench_one<T: Real>(
     let s = summary.expect("at least one run");
     SolverBenchRow {
         backend: "cpu".into(),
+        device: "cpu".into(),
         family: family.into(),
         n,
         batch: systems.batch,
         precision: T::NAME.into(),
         strategy: strategy.name().into(),
+        nstar: 0,
         seconds,
         systems_per_second: systems.batch as f64 / seconds,
+        floor_systems_per_second: f64::NAN,
         max_residual: s.max_residual,
         ldlt: s.per_method[Method::Ldlt as usize],
         householder_pcr: s.per_method[Method::HouseholderPcr as usize],
@@ -169,11 +184,10 @@ pub fn capture_scenario_batch(
 /// # Errors
 /// On unknown names, or if a scenario or the output cannot be read or written.
 pub fn solvers(args: &SolverBenchArgs) -> Result<()> {
-    if args.backend != "cpu" {
-        bail!(
-            "bench solvers: backend `{}` is not available in this version (use --backend cpu)",
-            args.backend
-        );
+    for b in &args.backend {
+        if b != "cpu" && b != "gpu" {
+            bail!("unknown backend `{b}` (cpu or gpu)");
+        }
     }
     let strategies: Vec<Strategy> = args
         .strategy
@@ -194,6 +208,18 @@ pub fn solvers(args: &SolverBenchArgs) -> Result<()> {
         .num_threads(args.threads)
         .build()?;
     let mut rows = Vec::new();
+    if args.backend.iter().any(|b| b == "gpu") {
+        for row in gpu_rows(args, &strategies)? {
+            if !args.json {
+                print_row(&row, rows.is_empty());
+            }
+            rows.push(row);
+        }
+    }
+    if !args.backend.iter().any(|b| b == "cpu") {
+        return finish(args, &rows);
+    }
+    let batch = args.batch.unwrap_or(16384);
     let mut run = |family: &str, n: usize, a: &[f64], b: &[f64], precision: &str| {
         for &s in &strategies {
             let row = pool.install(|| match precision {
@@ -211,7 +237,7 @@ pub fn solvers(args: &SolverBenchArgs) -> Result<()> {
             "paper" => {
                 for &rho in &args.rho {
                     for &n in &args.n {
-                        let (a, b) = paper_family::<f64>(n, args.batch, rho, 0x5eed + n as u64);
+                        let (a, b) = paper_family::<f64>(n, batch, rho, 0x5eed + n as u64);
                         for p in &args.precision {
                             run(&format!("paper(rho={rho})"), n, &a, &b, p);
                         }
@@ -220,49 +246,99 @@ pub fn solvers(args: &SolverBenchArgs) -> Result<()> {
             }
             "basket29" => {
                 for p in &args.precision {
-                    let (n, a, b) = capture_scenario_batch(&args.scenario, args.batch, p == "f32")?;
+                    let (n, a, b) = capture_scenario_batch(&args.scenario, batch, p == "f32")?;
                     run("basket29", n, &a, &b, p);
                 }
             }
             other => bail!("unknown family `{other}` (paper or basket29)"),
         }
     }
+    finish(args, &rows)
+}
+
+fn finish(args: &SolverBenchArgs, rows: &[SolverBenchRow]) -> Result<()> {
     if args.json {
-        println!("{}", serde_json::to_string(&rows)?);
+        println!("{}", serde_json::to_string(rows)?);
     }
     if let Some(path) = &args.out {
-        write_rows(&rows, path)?;
+        write_rows(rows, path)?;
     }
     Ok(())
+}
+
+/// The GPU rows: every organisation of each selected strategy and the vendor routines,
+/// on the same generated matrices (random symmetric, strictly diagonally dominant),
+/// timed with device events (`cva_kernels::cuda::bench_solvers`).
+fn gpu_rows(args: &SolverBenchArgs, strategies: &[Strategy]) -> Result<Vec<SolverBenchRow>> {
+    use cva_kernels::cuda::{bench_solvers, BenchConfig, GpuBatchSolver};
+    let solver = GpuBatchSolver::new(0).context("bench solvers --backend gpu")?;
+    let mut cfg = BenchConfig {
+        sizes: args.n.clone(),
+        f32: args.precision.iter().any(|p| p == "f32"),
+        f64: args.precision.iter().any(|p| p == "f64"),
+        repeats: args.repeats.max(1),
+        ..BenchConfig::default()
+    };
+    if let Some(b) = args.batch {
+        cfg.max_batch = b;
+    }
+    let report = bench_solvers(&solver, &cfg).context("GPU benchmark")?;
+    for note in &report.notes {
+        eprintln!("note: {note}");
+    }
+    let selected = |method: &str| {
+        !method.starts_with("ldlt")
+            && !method.starts_with("householder")
+            && !method.starts_with("divide")
+            && !method.starts_with("escalating")
+            || strategies.iter().any(|s| method.starts_with(s.name()))
+    };
+    Ok(report
+        .rows
+        .iter()
+        .filter(|r| selected(&r.method))
+        .map(|r| SolverBenchRow {
+            backend: "gpu".into(),
+            device: report.device.clone(),
+            family: "diag-dominant".into(),
+            n: r.n,
+            batch: r.batch,
+            precision: r.precision.into(),
+            strategy: r.method.clone(),
+            nstar: r.nstar,
+            seconds: r.seconds,
+            systems_per_second: r.systems_per_s,
+            floor_systems_per_second: r.floor_systems_per_s,
+            max_residual: r.max_residual,
+            ldlt: 0,
+            householder_pcr: 0,
+            divide_conquer: 0,
+            failures: r.failures,
+            discarded_eigenvalues: 0,
+        })
+        .collect())
 }
 
 fn print_row(r: &SolverBenchRow, header: bool) {
     if header {
         println!(
-            "{:<16} {:>3} {:>8} {:>5} {:<16} {:>11} {:>14} {:>10} {:>8} {:>8} {:>8} {:>8}",
-            "family",
-            "n",
-            "batch",
-            "prec",
-            "strategy",
-            "seconds",
-            "systems/s",
-            "max resid",
-            "ldlt",
-            "hh-pcr",
-            "d&c",
-            "failed"
+            "{:<4} {:<16} {:>3} {:>8} {:>5} {:<22} {:>3} {:>11} {:>14} {:>14} {:>10} {:>8} {:>8} {:>8} {:>8}",
+            "", "family", "n", "batch", "prec", "strategy", "n*", "seconds", "systems/s",
+            "floor sys/s", "max resid", "ldlt", "hh-pcr", "d&c", "failed"
         );
     }
     println!(
-        "{:<16} {:>3} {:>8} {:>5} {:<16} {:>11.6} {:>14.0} {:>10.2e} {:>8} {:>8} {:>8} {:>8}",
+        "{:<4} {:<16} {:>3} {:>8} {:>5} {:<22} {:>3} {:>11.6} {:>14.0} {:>14.0} {:>10.2e} {:>8} {:>8} {:>8} {:>8}",
+        r.backend,
         r.family,
         r.n,
         r.batch,
         r.precision,
         r.strategy,
+        r.nstar,
         r.seconds,
         r.systems_per_second,
+        r.floor_systems_per_second,
         r.max_residual,
         r.ldlt,
         r.householder_pcr,
@@ -279,13 +355,19 @@ fn write_rows(rows: &[SolverBenchRow], path: &std::path::Path) -> Result<()> {
         rows.len(),
         vec![
             Column::new("backend".into(), s(|r| r.backend.clone())),
+            Column::new("device".into(), s(|r| r.device.clone())),
             Column::new("family".into(), s(|r| r.family.clone())),
             Column::new("n".into(), u(|r| r.n)),
             Column::new("batch".into(), u(|r| r.batch)),
             Column::new("precision".into(), s(|r| r.precision.clone())),
             Column::new("strategy".into(), s(|r| r.strategy.clone())),
+            Column::new("nstar".into(), u(|r| r.nstar)),
             Column::new("seconds".into(), f(|r| r.seconds)),
             Column::new("systems_per_second".into(), f(|r| r.systems_per_second)),
+            Column::new(
+                "floor_systems_per_second".into(),
+                f(|r| r.floor_systems_per_second),
+            ),
             Column::new("max_residual".into(), f(|r| r.max_residual)),
             Column::new("ldlt".into(), u(|r| r.ldlt)),
             Column::new("householder_pcr".into(), u(|r| r.householder_pcr)),
