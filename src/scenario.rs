@@ -120,6 +120,7 @@ struct RawSimulation {
     #[serde(default = "default_solver")]
     solver: String,
     condition_threshold: Option<f64>,
+    escalation_condition: Option<f64>,
     residual_tolerance: Option<f64>,
     #[serde(default)]
     backend: Backend,
@@ -779,6 +780,12 @@ fn validate(raw: RawScenario, default_name: &str) -> Result<Scenario, ScenarioEr
             return err("simulation.condition_threshold", "must be at least 1");
         }
         solver_params.condition_threshold = c;
+    }
+    if let Some(c) = s.escalation_condition {
+        if positive("simulation.escalation_condition", c)? < 1.0 {
+            return err("simulation.escalation_condition", "must be at least 1");
+        }
+        solver_params.escalation_condition = Some(c);
     }
     if let Some(t) = s.residual_tolerance {
         solver_params.residual_tolerance = Some(positive("simulation.residual_tolerance", t)?);

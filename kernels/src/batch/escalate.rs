@@ -115,7 +115,8 @@ pub fn solve_one<T: Real>(
         return fail(x, first, Status::NonFiniteInput);
     }
     let tol = params.tolerance::<T>(n);
-    let threshold = params.condition_threshold;
+    // Equilibrated condition number beyond which a solve is not trusted.
+    let threshold = params.escalation_condition::<T>();
     // Status Ok with a finite solution, or Failed with x set to NaN.
     let finish = |x: &mut [T], method, residual: f64, discarded: u32| {
         let finite = !residual.is_nan() && x[..n].iter().all(|v| v.is_finite());

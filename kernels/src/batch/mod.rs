@@ -24,11 +24,13 @@ pub enum Strategy {
     /// `L D L^T`; the systems whose pivot is not positive or whose relative residual
     /// exceeds the tolerance go on to Householder + PCR; those that fail again go on to
     /// divide and conquer with truncation (Sections 1 and 6 of the paper). A system
-    /// proved ill-conditioned beyond the condition threshold after scaling to a unit
-    /// diagonal (an `L D L^T` pivot ratio `min_j D_jj / A_jj` below its inverse, or a
-    /// solution growth above it, see [`ResidualCheck::growth`]) is near-singular: the
-    /// residual alone would accept a huge or arbitrary `x`, so it goes straight to divide
-    /// and conquer with truncation, as the paper advises for ill-conditioned systems.
+    /// proved ill-conditioned beyond [`SolverParams::escalation_condition`] after scaling
+    /// to a unit diagonal (an `L D L^T` pivot ratio `min_j D_jj / A_jj` below its inverse,
+    /// a non-positive pivot that small against its diagonal entry, or a solution growth
+    /// above it, see [`ResidualCheck::growth`]) has no reliable solution in the working
+    /// precision: the residual alone would accept a huge or arbitrary `x`, so it goes
+    /// straight to divide and conquer with truncation, as the paper advises for
+    /// ill-conditioned systems.
     #[default]
     Escalating,
 }
@@ -74,10 +76,14 @@ pub struct SolverParams {
     /// it, a broken-down one far above.
     pub residual_tolerance: Option<f64>,
     /// Eigenvalues `λ_i` with `|λ_i| * condition_threshold < max_j |λ_j|` are discarded by
-    /// divide and conquer; and the escalating strategy sends a system straight to divide
-    /// and conquer when its equilibrated condition number provably exceeds it (see
-    /// [`Strategy::Escalating`]). Default `1e5`, the paper's value.
+    /// divide and conquer. Default `1e5`, the paper's value.
     pub condition_threshold: f64,
+    /// The escalating strategy sends a system straight to divide and conquer when its
+    /// equilibrated condition number provably exceeds this (see [`Strategy::Escalating`]).
+    /// `None` (the default) means `0.01 / eps`: fewer than two correct digits in the
+    /// working precision, about `8e4` in `f32` (the paper's regime, its threshold `1e5`)
+    /// and `5e13` in `f64` (only numerically singular systems).
+    pub escalation_condition: Option<f64>,
     /// The memory rule of the escalating strategy: the next batch of the same regression
     /// step starts at the highest level that at least this fraction of the systems needed
     /// (see [`BatchSummary::next_start`]). Default `0.01`.
@@ -89,12 +95,19 @@ impl Default for SolverParams {
         Self {
             residual_tolerance: None,
             condition_threshold: 1e5,
+            escalation_condition: None,
             memory_fraction: 0.01,
         }
     }
 }
 
 impl SolverParams {
+    /// The escalation condition bound in force in precision `T`.
+    pub fn escalation_condition<T: Real>(&self) -> f64 {
+        self.escalation_condition
+            .unwrap_or(0.01 / T::EPSILON.to_f64())
+    }
+
     /// The residual tolerance in force for size `n` in precision `T`.
     pub fn tolerance<T: Real>(&self, n: usize) -> f64 {
         self.residual_tolerance
