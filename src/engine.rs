@@ -93,6 +93,78 @@ struct American {
     basis: BasisFunctions,
 }
 
+/// What every step of a run shares.
+struct Setup<'a> {
+    scenario: &'a Scenario,
+    n_dates: usize,
+    /// Inner paths `M`.
+    m: usize,
+    /// Assets `d`.
+    d: usize,
+    dynamics: Dynamics,
+    spots: Vec<f64>,
+    /// `discount[s] = e^{-r s dt}`.
+    discount: Vec<f64>,
+    americans: Vec<American>,
+}
+
+/// The inner paths of one chunk of outer paths from exposure date `k`:
+/// `data[l * per_path + ((j - k - 1) * m + mm) * d + i]` is asset `i` of inner path `mm`
+/// of outer path `l` at date `j`, `k < j <= k + steps`.
+struct InnerPaths<'a> {
+    k: usize,
+    m: usize,
+    d: usize,
+    per_path: usize,
+    data: &'a [f64],
+}
+
+impl InnerPaths<'_> {
+    #[inline]
+    fn state(&self, l: usize, j: usize, mm: usize) -> &[f64] {
+        &self.data[l * self.per_path + ((j - self.k - 1) * self.m + mm) * self.d..][..self.d]
+    }
+}
+
+/// Per-step statistics, in the order the steps first occur.
+#[derive(Default)]
+struct StepRecorder {
+    steps: Vec<RegressionStepStats>,
+    /// `index[(k, j)]` into `steps`.
+    index: std::collections::HashMap<(usize, usize), usize>,
+}
+
+impl StepRecorder {
+    fn record(&mut self, k: usize, j: usize, outcome: &RegressionOutcome) {
+        let steps = &mut self.steps;
+        let idx = *self.index.entry((k, j)).or_insert_with(|| {
+            steps.push(RegressionStepStats {
+                exposure_date: k,
+                exercise_date: j,
+                ..Default::default()
+            });
+            steps.len() - 1
+        });
+        let st = &mut self.steps[idx];
+        st.summary.merge(&outcome.summary);
+        st.too_few_paths += outcome.too_few_paths;
+        st.residuals.extend(
+            outcome
+                .reports
+                .iter()
+                .filter(|r| !r.residual.is_nan())
+                .map(|r| r.residual as f32),
+        );
+    }
+}
+
+/// The result of one regression step over a chunk of outer paths.
+struct RegressionOutcome {
+    summary: BatchSummary,
+    reports: Vec<SystemReport>,
+    too_few_paths: usize,
+}
+
 /// Runs the nested simulation with regression matrices and solves in precision `T`.
 ///
 /// `capture`: `(exposure date k, exercise date j)` whose regression systems (first American
@@ -110,325 +182,127 @@ pub fn simulate<T: Real>(
     let m = sim.inner_paths;
     let d = scenario.market.assets.len();
     let dt = scenario.horizon / n_dates as f64;
-    let r = scenario.market.rate;
-    let dynamics = Dynamics::new(&scenario.market, dt);
     let spots: Vec<f64> = scenario.market.assets.iter().map(|a| a.spot).collect();
+    let setup = Setup {
+        scenario,
+        n_dates,
+        m,
+        d,
+        dynamics: Dynamics::new(&scenario.market, dt),
+        americans: scenario
+            .portfolio
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.style == Style::American)
+            .map(|(i, p)| American {
+                position: i,
+                basis: BasisFunctions::new(sim.basis, p.underlying.assets(), &spots),
+            })
+            .collect(),
+        spots,
+        discount: (0..=n_dates)
+            .map(|s| (-scenario.market.rate * dt * s as f64).exp())
+            .collect(),
+    };
     let positions = &scenario.portfolio;
-    let americans: Vec<American> = positions
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| p.style == Style::American)
-        .map(|(i, p)| American {
-            position: i,
-            basis: BasisFunctions::new(sim.basis, p.underlying.assets(), &spots),
-        })
-        .collect();
-    let discount: Vec<f64> = (0..=n_dates).map(|s| (-r * dt * s as f64).exp()).collect();
 
     let per_path_bytes = (m * n_dates.max(1) * d * 8).max(1);
     let chunk = (CHUNK_MEMORY / per_path_bytes).clamp(1, m0);
 
     let mut netted = vec![0.0; (n_dates + 1) * m0];
-    let mut steps: Vec<RegressionStepStats> = Vec::new();
-    let mut step_index = vec![vec![usize::MAX; n_dates + 1]; n_dates + 1];
-    // The escalation memory rule, per exercise date and American position.
-    let mut start_level = vec![vec![Method::Ldlt; n_dates + 1]; americans.len()];
+    let mut recorder = StepRecorder::default();
+    // The escalation memory rule, per American position and exercise date.
+    let mut start_level = vec![vec![Method::Ldlt; n_dates + 1]; setup.americans.len()];
     let mut timings = PhaseTimings::default();
     let mut outer_exercises = 0;
     let mut captured: Option<CapturedBatch> = None;
 
-    let mut inner = Vec::<f64>::new();
+    let mut inner_buf = Vec::<f64>::new();
     for c0 in (0..m0).step_by(chunk) {
         let c = chunk.min(m0 - c0);
         progress.chunk_started(c, n_dates);
-
-        // Outer paths of this chunk: [l][k][i].
         let t = Instant::now();
-        let mut outer = vec![0.0; c * (n_dates + 1) * d];
-        outer
-            .par_chunks_mut((n_dates + 1) * d)
-            .enumerate()
-            .for_each(|(l, path)| {
-                let stream = NormalStream::new(sim.seed, (c0 + l) as u32, 0, OUTER_STREAM);
-                let (mut z, mut w) = (vec![0.0; n_dates * d], vec![0.0; d]);
-                stream.fill(0, &mut z);
-                path[..d].copy_from_slice(&spots);
-                for k in 0..n_dates {
-                    let (done, next) = path.split_at_mut((k + 1) * d);
-                    next[..d].copy_from_slice(&done[k * d..]);
-                    dynamics.step(&mut next[..d], &z[k * d..(k + 1) * d], &mut w);
-                }
-            });
+        let outer = simulate_outer_paths(&setup, c0, c);
         timings.paths += t.elapsed();
+        let state = |l: usize, k: usize| &outer[(l * (n_dates + 1) + k) * d..][..d];
 
-        // alive[p * c + l]: position p not yet exercised along outer path l.
+        // alive[p * c + l]: position p neither exercised nor matured along outer path l.
         let mut alive = vec![true; positions.len() * c];
         'dates: for k in 0..=n_dates {
-            let t_exposure = Instant::now();
-            let state = |l: usize| &outer[(l * (n_dates + 1) + k) * d..][..d];
+            let t = Instant::now();
             let mut values = vec![0.0; c];
-            // Positions at or past maturity.
+            // Positions maturing now pay their payoff.
             for (p, pos) in positions.iter().enumerate() {
                 if pos.maturity_index == k {
                     for (l, v) in values.iter_mut().enumerate() {
                         if alive[p * c + l] {
-                            *v += pos.quantity * pos.payoff(state(l));
+                            *v += pos.quantity * pos.payoff(state(l, k));
                         }
                     }
                     alive[p * c..(p + 1) * c].fill(false);
                 }
             }
-            timings.exposure += t_exposure.elapsed();
-            let k_end = positions
+            timings.exposure += t.elapsed();
+            let last = positions
                 .iter()
                 .map(|p| p.maturity_index)
                 .filter(|&mi| mi > k)
                 .max();
-            if let Some(k_end) = k_end {
-                // Inner paths from every outer state at t_k: [l][s][mm][i], s = 0..k_end-k.
-                let n_steps = k_end - k;
-                let per_path = n_steps * m * d;
+            if let Some(last) = last {
                 let t = Instant::now();
-                inner.resize(c * per_path, 0.0);
-                inner
-                    .par_chunks_mut(per_path)
-                    .enumerate()
-                    .for_each(|(l, buf)| {
-                        let mut z = vec![0.0; n_steps * d];
-                        let (mut w, mut s) = (vec![0.0; d], vec![0.0; d]);
-                        for mm in 0..m {
-                            let stream =
-                                NormalStream::new(sim.seed, (c0 + l) as u32, k as u32, mm as u32);
-                            stream.fill(0, &mut z);
-                            s.copy_from_slice(state(l));
-                            for step in 0..n_steps {
-                                dynamics.step(&mut s, &z[step * d..(step + 1) * d], &mut w);
-                                buf[(step * m + mm) * d..][..d].copy_from_slice(&s);
-                            }
-                        }
-                    });
+                simulate_inner_paths(&setup, &outer, c0, c, k, last - k, &mut inner_buf);
                 timings.paths += t.elapsed();
-                let inner_state = |l: usize, j: usize, mm: usize| {
-                    &inner[l * per_path + ((j - k - 1) * m + mm) * d..][..d]
+                let inner = InnerPaths {
+                    k,
+                    m,
+                    d,
+                    per_path: (last - k) * m * d,
+                    data: &inner_buf,
                 };
 
-                // European positions: discounted average payoff.
                 let t = Instant::now();
-                for (p, pos) in positions.iter().enumerate() {
-                    if pos.style != Style::European || pos.maturity_index <= k {
-                        continue;
-                    }
-                    let mi = pos.maturity_index;
-                    let df = discount[mi - k];
-                    let add: Vec<f64> = (0..c)
-                        .into_par_iter()
-                        .map(|l| {
-                            if !alive[p * c + l] {
-                                return 0.0;
-                            }
-                            let sum: f64 =
-                                (0..m).map(|mm| pos.payoff(inner_state(l, mi, mm))).sum();
-                            pos.quantity * df * sum / m as f64
-                        })
-                        .collect();
-                    for (v, a) in values.iter_mut().zip(add) {
-                        *v += a;
-                    }
-                }
+                european_values(&setup, &inner, &alive, c, &mut values);
                 timings.exposure += t.elapsed();
 
                 // American positions: Longstaff–Schwartz on the inner paths.
-                for (a, am) in americans.iter().enumerate() {
+                for (a, am) in setup.americans.iter().enumerate() {
                     let pos = &positions[am.position];
                     let mi = pos.maturity_index;
                     if mi <= k {
                         continue;
                     }
-                    let n = am.basis.len();
+                    let alive_p = &alive[am.position * c..(am.position + 1) * c];
                     // Cash flow of each inner path and the date it is paid: [l][mm].
                     let mut cash = vec![0.0; c * m];
                     let mut cash_date = vec![mi as u32; c * m];
                     cash.par_chunks_mut(m).enumerate().for_each(|(l, cf)| {
                         for (mm, v) in cf.iter_mut().enumerate() {
-                            *v = pos.payoff(inner_state(l, mi, mm));
+                            *v = pos.payoff(inner.state(l, mi, mm));
                         }
                     });
                     for j in (k + 1..mi).rev() {
-                        // Which outer paths regress, and how many paths enter each.
-                        let t = Instant::now();
-                        let itm = |l: usize, mm: usize| {
-                            !sim.itm_only || pos.payoff(inner_state(l, j, mm)) > 0.0
-                        };
-                        let counts: Vec<usize> = (0..c)
-                            .into_par_iter()
-                            .map(|l| {
-                                if alive[am.position * c + l] {
-                                    (0..m).filter(|&mm| itm(l, mm)).count()
-                                } else {
-                                    0
-                                }
-                            })
-                            .collect();
-                        let solved: Vec<usize> = (0..c).filter(|&l| counts[l] >= n).collect();
-                        let mut slot = vec![usize::MAX; c];
-                        for (s, &l) in solved.iter().enumerate() {
-                            slot[l] = s;
-                        }
-                        let batch = solved.len();
-                        let mut a_buf = vec![T::ZERO; batch * n * n];
-                        let mut b_buf = vec![T::ZERO; batch * n];
-                        a_buf
-                            .par_chunks_mut(n * n)
-                            .zip(b_buf.par_chunks_mut(n))
-                            .zip(solved.par_iter())
-                            .for_each(|((am_, bm), &l)| {
-                                let mut x = vec![0.0; am.basis.assets.len()];
-                                let mut psi = vec![0.0; n];
-                                let mut psi_t = vec![T::ZERO; n];
-                                for mm in 0..m {
-                                    if !itm(l, mm) {
-                                        continue;
-                                    }
-                                    am.basis.eval(inner_state(l, j, mm), &mut x, &mut psi);
-                                    let y = cash[l * m + mm]
-                                        * discount[cash_date[l * m + mm] as usize - j];
-                                    let y = T::from_f64(y);
-                                    for (pt, &pv) in psi_t.iter_mut().zip(&psi) {
-                                        *pt = T::from_f64(pv);
-                                    }
-                                    for col in 0..n {
-                                        let pc = psi_t[col];
-                                        bm[col] += pc * y;
-                                        let column = &mut am_[col * n..(col + 1) * n];
-                                        for row in col..n {
-                                            column[row] += psi_t[row] * pc;
-                                        }
-                                    }
-                                }
-                                let inv = T::ONE / T::from_usize(counts[l]);
-                                for col in 0..n {
-                                    bm[col] *= inv;
-                                    for row in col..n {
-                                        am_[col * n + row] *= inv;
-                                    }
-                                }
-                            });
-                        timings.regression_build += t.elapsed();
-                        if a == 0 && capture == Some((k, j)) {
-                            let cap = captured.get_or_insert_with(|| CapturedBatch {
-                                n,
-                                ..Default::default()
-                            });
-                            cap.a.extend(a_buf.iter().map(|v| v.to_f64()));
-                            cap.b.extend(b_buf.iter().map(|v| v.to_f64()));
+                        let want = (a == 0 && capture == Some((k, j))).then_some(&mut captured);
+                        let stop = want.is_some();
+                        let outcome = regression_step::<T>(
+                            &setup,
+                            am,
+                            &inner,
+                            alive_p,
+                            j,
+                            (&mut cash, &mut cash_date),
+                            start_level[a][j],
+                            want,
+                            &mut timings,
+                        );
+                        if stop {
                             break 'dates;
                         }
-
-                        let t = Instant::now();
-                        let mut x_buf = vec![T::NAN; batch * n];
-                        let mut reports = vec![SystemReport::default(); batch];
-                        let summary = if batch > 0 {
-                            let systems = SymmetricBatch::new(n, &a_buf, &b_buf);
-                            solve_batched(
-                                &systems,
-                                &mut x_buf,
-                                &mut reports,
-                                sim.strategy,
-                                &sim.solver_params,
-                                start_level[a][j],
-                            )
-                        } else {
-                            BatchSummary::from_reports(&[], start_level[a][j], 1.0)
-                        };
-                        start_level[a][j] = summary.next_start;
-                        timings.solve += t.elapsed();
-
-                        // Exercise decisions on the inner paths.
-                        let t = Instant::now();
-                        let mut too_few = 0;
-                        cash.par_chunks_mut(m)
-                            .zip(cash_date.par_chunks_mut(m))
-                            .enumerate()
-                            .for_each(|(l, (cf, cd))| {
-                                if !alive[am.position * c + l] || counts[l] == 0 {
-                                    return;
-                                }
-                                let beta: Option<Vec<f64>> = (slot[l] != usize::MAX
-                                    && reports[slot[l]].status == cva_kernels::Status::Ok)
-                                    .then(|| {
-                                        x_buf[slot[l] * n..(slot[l] + 1) * n]
-                                            .iter()
-                                            .map(|v| v.to_f64())
-                                            .collect()
-                                    });
-                                // Fallback: the mean discounted cash flow of the regression paths.
-                                let mean = if beta.is_none() {
-                                    let mut s = 0.0;
-                                    for mm in 0..m {
-                                        if itm(l, mm) {
-                                            s += cf[mm] * discount[cd[mm] as usize - j];
-                                        }
-                                    }
-                                    s / counts[l] as f64
-                                } else {
-                                    0.0
-                                };
-                                let mut x = vec![0.0; am.basis.assets.len()];
-                                let mut psi = vec![0.0; n];
-                                for mm in 0..m {
-                                    let s = inner_state(l, j, mm);
-                                    let payoff = pos.payoff(s);
-                                    if payoff <= 0.0 {
-                                        continue;
-                                    }
-                                    let continuation = match &beta {
-                                        Some(beta) => {
-                                            am.basis.eval(s, &mut x, &mut psi);
-                                            psi.iter().zip(beta).map(|(p, b)| p * b).sum()
-                                        }
-                                        None => mean,
-                                    };
-                                    if payoff >= continuation {
-                                        cf[mm] = payoff;
-                                        cd[mm] = j as u32;
-                                    }
-                                }
-                            });
-                        for l in 0..c {
-                            if alive[am.position * c + l] && counts[l] > 0 && counts[l] < n {
-                                too_few += 1;
-                            }
-                        }
-                        timings.exposure += t.elapsed();
-
-                        // Statistics of this regression step.
-                        let idx = &mut step_index[k][j];
-                        if *idx == usize::MAX {
-                            *idx = steps.len();
-                            steps.push(RegressionStepStats {
-                                exposure_date: k,
-                                exercise_date: j,
-                                summary: BatchSummary {
-                                    next_start: Method::Ldlt,
-                                    ..Default::default()
-                                },
-                                ..Default::default()
-                            });
-                        }
-                        let st = &mut steps[*idx];
-                        st.summary.merge(&summary);
-                        st.too_few_paths += too_few;
-                        st.residuals.extend(
-                            reports
-                                .iter()
-                                .filter(|r| !r.residual.is_nan())
-                                .map(|r| r.residual as f32),
-                        );
+                        start_level[a][j] = outcome.summary.next_start;
+                        recorder.record(k, j, &outcome);
                     }
 
                     // Value at t_k: continuation, or exercise along the outer path.
                     let t = Instant::now();
-                    let df_to = |date: u32| discount[date as usize - k];
                     for l in 0..c {
                         if !alive[am.position * c + l] {
                             continue;
@@ -438,10 +312,10 @@ pub fn simulate<T: Real>(
                         let continuation = cf
                             .iter()
                             .zip(cd)
-                            .map(|(&v, &dd)| v * df_to(dd))
+                            .map(|(&v, &dd)| v * setup.discount[dd as usize - k])
                             .sum::<f64>()
                             / m as f64;
-                        let payoff = pos.payoff(state(l));
+                        let payoff = pos.payoff(state(l, k));
                         let value = if k >= 1 && payoff > 0.0 && payoff >= continuation {
                             alive[am.position * c + l] = false;
                             outer_exercises += 1;
@@ -461,6 +335,7 @@ pub fn simulate<T: Real>(
         }
         progress.chunk_done(c);
     }
+    let mut steps = recorder.steps;
     steps.sort_by_key(|s| (s.exposure_date, s.exercise_date));
     NestedSimulation {
         netted_values: netted,
@@ -469,5 +344,273 @@ pub fn simulate<T: Real>(
         timings,
         outer_exercises,
         captured,
+    }
+}
+
+/// Outer paths `c0..c0+c`: `[l][k][i]`, `k = 0..=N`.
+fn simulate_outer_paths(setup: &Setup, c0: usize, c: usize) -> Vec<f64> {
+    let (n_dates, d) = (setup.n_dates, setup.d);
+    let seed = setup.scenario.simulation.seed;
+    let mut outer = vec![0.0; c * (n_dates + 1) * d];
+    outer
+        .par_chunks_mut((n_dates + 1) * d)
+        .enumerate()
+        .for_each(|(l, path)| {
+            let stream = NormalStream::new(seed, (c0 + l) as u32, 0, OUTER_STREAM);
+            let (mut z, mut w) = (vec![0.0; n_dates * d], vec![0.0; d]);
+            stream.fill(0, &mut z);
+            path[..d].copy_from_slice(&setup.spots);
+            for k in 0..n_dates {
+                let (done, next) = path.split_at_mut((k + 1) * d);
+                next[..d].copy_from_slice(&done[k * d..]);
+                setup
+                    .dynamics
+                    .step(&mut next[..d], &z[k * d..(k + 1) * d], &mut w);
+            }
+        });
+    outer
+}
+
+/// Inner paths of `c` outer paths from date `k` over `steps` dates, into `buf` in the
+/// layout of [`InnerPaths`].
+fn simulate_inner_paths(
+    setup: &Setup,
+    outer: &[f64],
+    c0: usize,
+    c: usize,
+    k: usize,
+    steps: usize,
+    buf: &mut Vec<f64>,
+) {
+    let (m, d, n_dates) = (setup.m, setup.d, setup.n_dates);
+    let seed = setup.scenario.simulation.seed;
+    let per_path = steps * m * d;
+    buf.resize(c * per_path, 0.0);
+    buf.par_chunks_mut(per_path)
+        .enumerate()
+        .for_each(|(l, out)| {
+            let mut z = vec![0.0; steps * d];
+            let (mut w, mut s) = (vec![0.0; d], vec![0.0; d]);
+            let start = &outer[(l * (n_dates + 1) + k) * d..][..d];
+            for mm in 0..m {
+                let stream = NormalStream::new(seed, (c0 + l) as u32, k as u32, mm as u32);
+                stream.fill(0, &mut z);
+                s.copy_from_slice(start);
+                for step in 0..steps {
+                    setup
+                        .dynamics
+                        .step(&mut s, &z[step * d..(step + 1) * d], &mut w);
+                    out[(step * m + mm) * d..][..d].copy_from_slice(&s);
+                }
+            }
+        });
+}
+
+/// Adds the value of the European positions alive at `t_k` (discounted average payoff of
+/// the inner paths) to `values`.
+fn european_values(
+    setup: &Setup,
+    inner: &InnerPaths,
+    alive: &[bool],
+    c: usize,
+    values: &mut [f64],
+) {
+    let k = inner.k;
+    for (p, pos) in setup.scenario.portfolio.iter().enumerate() {
+        if pos.style != Style::European || pos.maturity_index <= k {
+            continue;
+        }
+        let mi = pos.maturity_index;
+        let df = setup.discount[mi - k];
+        let add: Vec<f64> = (0..c)
+            .into_par_iter()
+            .map(|l| {
+                if !alive[p * c + l] {
+                    return 0.0;
+                }
+                let sum: f64 = (0..setup.m)
+                    .map(|mm| pos.payoff(inner.state(l, mi, mm)))
+                    .sum();
+                pos.quantity * df * sum / setup.m as f64
+            })
+            .collect();
+        for (v, a) in values.iter_mut().zip(add) {
+            *v += a;
+        }
+    }
+}
+
+/// One Longstaff–Schwartz regression step at exercise date `j` for one American position
+/// over a chunk of outer paths: forms `A = Ψ^T Ψ / c` and `b = Ψ^T y / c` over the
+/// regression paths of every outer path (in precision `T`), solves the batch, and updates
+/// the cash flows `(cash, cash_date)` (`[l][mm]`) where exercise beats the continuation
+/// estimate. Outer paths with fewer regression paths than basis functions, or whose
+/// system failed, use the mean discounted cash flow as continuation.
+///
+/// With `capture`, the systems are appended there and nothing else is done.
+#[allow(clippy::too_many_arguments)]
+fn regression_step<T: Real>(
+    setup: &Setup,
+    am: &American,
+    inner: &InnerPaths,
+    alive: &[bool],
+    j: usize,
+    (cash, cash_date): (&mut [f64], &mut [u32]),
+    start: Method,
+    capture: Option<&mut Option<CapturedBatch>>,
+    timings: &mut PhaseTimings,
+) -> RegressionOutcome {
+    let sim = &setup.scenario.simulation;
+    let pos = &setup.scenario.portfolio[am.position];
+    let (m, n, c) = (setup.m, am.basis.len(), alive.len());
+    let discount = &setup.discount;
+
+    // Which outer paths regress, and how many paths enter each.
+    let t = Instant::now();
+    let itm = |l: usize, mm: usize| !sim.itm_only || pos.payoff(inner.state(l, j, mm)) > 0.0;
+    let counts: Vec<usize> = (0..c)
+        .into_par_iter()
+        .map(|l| {
+            if alive[l] {
+                (0..m).filter(|&mm| itm(l, mm)).count()
+            } else {
+                0
+            }
+        })
+        .collect();
+    let solved: Vec<usize> = (0..c).filter(|&l| counts[l] >= n).collect();
+    let mut slot = vec![usize::MAX; c];
+    for (s, &l) in solved.iter().enumerate() {
+        slot[l] = s;
+    }
+    let batch = solved.len();
+    let mut a_buf = vec![T::ZERO; batch * n * n];
+    let mut b_buf = vec![T::ZERO; batch * n];
+    a_buf
+        .par_chunks_mut(n * n)
+        .zip(b_buf.par_chunks_mut(n))
+        .zip(solved.par_iter())
+        .for_each(|((a, b), &l)| {
+            let mut x = vec![0.0; am.basis.assets.len()];
+            let mut psi = vec![0.0; n];
+            let mut psi_t = vec![T::ZERO; n];
+            for mm in 0..m {
+                if !itm(l, mm) {
+                    continue;
+                }
+                am.basis.eval(inner.state(l, j, mm), &mut x, &mut psi);
+                let y =
+                    T::from_f64(cash[l * m + mm] * discount[cash_date[l * m + mm] as usize - j]);
+                for (pt, &pv) in psi_t.iter_mut().zip(&psi) {
+                    *pt = T::from_f64(pv);
+                }
+                for col in 0..n {
+                    let pc = psi_t[col];
+                    b[col] += pc * y;
+                    let column = &mut a[col * n..(col + 1) * n];
+                    for row in col..n {
+                        column[row] += psi_t[row] * pc;
+                    }
+                }
+            }
+            let inv = T::ONE / T::from_usize(counts[l]);
+            for col in 0..n {
+                b[col] *= inv;
+                for row in col..n {
+                    a[col * n + row] *= inv;
+                }
+            }
+        });
+    timings.regression_build += t.elapsed();
+    if let Some(cap) = capture {
+        let cap = cap.get_or_insert_with(|| CapturedBatch {
+            n,
+            ..Default::default()
+        });
+        cap.a.extend(a_buf.iter().map(|v| v.to_f64()));
+        cap.b.extend(b_buf.iter().map(|v| v.to_f64()));
+        return RegressionOutcome {
+            summary: BatchSummary::default(),
+            reports: Vec::new(),
+            too_few_paths: 0,
+        };
+    }
+
+    let t = Instant::now();
+    let mut x_buf = vec![T::NAN; batch * n];
+    let mut reports = vec![SystemReport::default(); batch];
+    let summary = if batch > 0 {
+        let systems = SymmetricBatch::new(n, &a_buf, &b_buf);
+        solve_batched(
+            &systems,
+            &mut x_buf,
+            &mut reports,
+            sim.strategy,
+            &sim.solver_params,
+            start,
+        )
+    } else {
+        BatchSummary::from_reports(&[], start, 1.0)
+    };
+    timings.solve += t.elapsed();
+
+    // Exercise decisions on the inner paths.
+    let t = Instant::now();
+    cash.par_chunks_mut(m)
+        .zip(cash_date.par_chunks_mut(m))
+        .enumerate()
+        .for_each(|(l, (cf, cd))| {
+            if !alive[l] || counts[l] == 0 {
+                return;
+            }
+            let beta: Option<Vec<f64>> = (slot[l] != usize::MAX
+                && reports[slot[l]].status == cva_kernels::Status::Ok)
+                .then(|| {
+                    x_buf[slot[l] * n..(slot[l] + 1) * n]
+                        .iter()
+                        .map(|v| v.to_f64())
+                        .collect()
+                });
+            // Fallback: the mean discounted cash flow of the regression paths.
+            let mean = if beta.is_none() {
+                let mut s = 0.0;
+                for mm in 0..m {
+                    if itm(l, mm) {
+                        s += cf[mm] * discount[cd[mm] as usize - j];
+                    }
+                }
+                s / counts[l] as f64
+            } else {
+                0.0
+            };
+            let mut x = vec![0.0; am.basis.assets.len()];
+            let mut psi = vec![0.0; n];
+            for mm in 0..m {
+                let s = inner.state(l, j, mm);
+                let payoff = pos.payoff(s);
+                if payoff <= 0.0 {
+                    continue;
+                }
+                let continuation = match &beta {
+                    Some(beta) => {
+                        am.basis.eval(s, &mut x, &mut psi);
+                        psi.iter().zip(beta).map(|(p, b)| p * b).sum()
+                    }
+                    None => mean,
+                };
+                if payoff >= continuation {
+                    cf[mm] = payoff;
+                    cd[mm] = j as u32;
+                }
+            }
+        });
+    let too_few_paths = (0..c)
+        .filter(|&l| alive[l] && counts[l] > 0 && counts[l] < n)
+        .count();
+    timings.exposure += t.elapsed();
+    RegressionOutcome {
+        summary,
+        reports,
+        too_few_paths,
     }
 }
