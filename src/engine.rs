@@ -206,8 +206,12 @@ pub fn simulate<T: Real>(
     };
     let positions = &scenario.portfolio;
 
+    // Chunks of outer paths: bounded by memory, and about a tenth of the paths (at least
+    // 256) so that the progress bar moves; independent of the thread count.
     let per_path_bytes = (m * n_dates.max(1) * d * 8).max(1);
-    let chunk = (CHUNK_MEMORY / per_path_bytes).clamp(1, m0);
+    let chunk = (CHUNK_MEMORY / per_path_bytes)
+        .min(m0.div_ceil(10).max(256))
+        .clamp(1, m0);
 
     let mut netted = vec![0.0; (n_dates + 1) * m0];
     let mut recorder = StepRecorder::default();
