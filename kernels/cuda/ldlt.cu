@@ -21,9 +21,13 @@
 //    by broadcast for column j+1 onwards), D_j = t_jj, L_ij = t_ij * (1 / D_j).
 //    Then L y = b (forward, y_k broadcast), D L^T x = y (backward, reading the rows of
 //    W, whose row k holds (D L^T)_{i,k} = W_ki), and the residual.
-//    The blocks are persistent: each group loops over systems, and the next system's
-//    A and b are copied into a second shared buffer with cp.async while the current
-//    one is factored, so the global-memory latency is hidden.
+//    The blocks are persistent: each group loops over systems. Shared memory holds two
+//    buffers of max(packed A, W) entries that swap roles every system: the current A
+//    in one, W in the other; once the back substitution is done W is dead and the next
+//    system's A and b are copied into its buffer with cp.async while the residual of
+//    the current one is computed and written (the other resident warps hide the rest
+//    of the latency). This costs a third less shared memory than separate double
+//    buffers of A plus W, which is what limited the resident warps.
 
 #ifdef NSTAR
 
@@ -39,8 +43,10 @@ __host__ __device__ constexpr int round_vec(int v) { return (v + VEC - 1) / VEC 
 __host__ __device__ constexpr int w_row(int j) {
     return VEC * VEC * (j / VEC) * (j / VEC + 1) / 2 + (j % VEC) * VEC * (j / VEC + 1);
 }
-constexpr int W_OFFSET = round_vec(N * (N + 1));  // after the two A buffers
 constexpr int W_SIZE = w_row(N);
+// One of the two buffers (A packed, or W), a multiple of VEC entries so that both
+// start 16-byte aligned. Mirrored by tuning::ldlt_group_elems.
+constexpr int BUF = round_vec(N * (N + 1) / 2) > W_SIZE ? round_vec(N * (N + 1) / 2) : W_SIZE;
 __device__ __forceinline__ int w_row_rt(int j) { return w_row(j); }
 __device__ __forceinline__ void load_vec(real* w, const real* p) {
 #if VEC_OK
@@ -57,21 +63,36 @@ __device__ __forceinline__ void load_vec(real* w, const real* p) {
 #endif
 }
 
-extern "C" __global__ void __launch_bounds__(NSTAR > 32 ? 64 : 128)
+// Resident blocks of 128 threads the compiler must allow (register cap 65536 /
+// (128 LDLT_MIN_BLOCKS) = 168 for 3, a third resident warp per scheduler); 1 = no cap.
+// The cap is applied in f64 where the rows take at most LDLT_CAP_ROW_REGS registers
+// (above that it spills heavily). Measured on an H100 (benches/RESULTS.md, round 2):
+// f64 n = 30 n* = 16 184 -> 191 M/s with it; f32 gains nothing (n = 30: 380 without,
+// 376 with) or loses (n = 32 n* = 8: 8 bytes of spills, 329 M/s).
+#ifndef LDLT_CAP_ROW_REGS
+#define LDLT_CAP_ROW_REGS 92
+#endif
+// Registers of the rows of one thread (tuning::ldlt_row_registers).
+__host__ __device__ constexpr int row_regs(int s) {
+    return s >= R ? 0 : (N < (s + 1) * NSTAR ? N : (s + 1) * NSTAR) * (int)sizeof(real) / 4 + row_regs(s + 1);
+}
+#ifndef LDLT_MIN_BLOCKS
+#define LDLT_MIN_BLOCKS (REAL_F64 && N <= 32 && row_regs(0) <= LDLT_CAP_ROW_REGS ? 3 : 1)
+#endif
+extern "C" __global__ void __launch_bounds__(NSTAR > 32 ? 64 : 128, NSTAR > 32 ? 1 : LDLT_MIN_BLOCKS)
 ENTRY(ldlt_group)(const real* __restrict__ A, const real* __restrict__ B, real* __restrict__ X,
                   GpuReport* __restrict__ rep, long long batch) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __shared__ real red_scratch[8];
     __shared__ int iscratch[1];
-    constexpr int PA = N * (N + 1) / 2;
     Group g = make_group();
-    // Shared memory of the group: two buffers for A (packed lower triangle) and b,
-    // W row-major with rows padded to VEC entries (16 bytes, so that a row is read by
-    // 16-byte broadcasts), and two vectors. SYS_STRIDE is a multiple of VEC when
+    // Shared memory of the group: two buffers of BUF entries (one holds the current A,
+    // packed lower triangle, the other W, row-major with rows padded to VEC entries
+    // (16 bytes, so that a row is read by 16-byte broadcasts); they swap every
+    // system), two vectors and two buffers of b. SYS_STRIDE is a multiple of VEC when
     // VEC_OK (checked on the host), so every W row is 16-byte aligned.
     real* sbase = reinterpret_cast<real*>(smem_raw) + (long long)g.index * SYS_STRIDE;
-    real* sW = sbase + W_OFFSET;
-    real* sx = sW + W_SIZE;
+    real* sx = sbase + 2 * BUF;
     real* sy = sx + N;
     real* sB0 = sy + N;  // two buffers of N
     // Persistent loop over tiles of systems (one tile = the systems of one block); the
@@ -90,12 +111,10 @@ ENTRY(ldlt_group)(const real* __restrict__ A, const real* __restrict__ B, real* 
     for (long long tile = blockIdx.x, it = 0; tile * spb < batch; tile += gridDim.x, ++it, g.sys += stride) {
         const int buf = it & 1;
         const long long next = g.sys + stride;
-        prefetch_system(A + (next < batch ? next : 0) * (N * N), B + (next < batch ? next : 0) * N,
-                        sbase + (buf ^ 1) * PA, sB0 + (buf ^ 1) * N, g, next < batch);
-        cp_async_commit();
-        cp_async_wait<1>();
+        cp_async_wait<0>();
         group_sync();
-        const real* sA = sbase + buf * PA;
+        const real* sA = sbase + buf * BUF;
+        real* sW = sbase + (buf ^ 1) * BUF;
         const real* sB = sB0 + buf * N;
         const bool active = g.sys < batch;
         const long long sys = active ? g.sys : 0;
@@ -240,6 +259,10 @@ ENTRY(ldlt_group)(const real* __restrict__ A, const real* __restrict__ B, real* 
             }
         }
         group_sync();
+        // W is dead: its buffer receives the next system while the residual is computed.
+        prefetch_system(A + (next < batch ? next : 0) * (N * N), B + (next < batch ? next : 0) * N, sW,
+                        sB0 + (buf ^ 1) * N, g, next < batch);
+        cp_async_commit();
 
         bad = group_any(bad, g, iscratch);
         double res = group_residual(sA, sx, b, x, g, red_scratch, iscratch);

@@ -84,6 +84,7 @@ fn check<T: GpuReal>(solver: &GpuBatchSolver) -> usize {
                 GpuOptions {
                     ldlt: o,
                     householder_nstar: None,
+                    ..Default::default()
                 },
                 format!("ldlt {o:?}"),
             ));
@@ -94,6 +95,7 @@ fn check<T: GpuReal>(solver: &GpuBatchSolver) -> usize {
                 GpuOptions {
                     ldlt: LdltOrganisation::Auto,
                     householder_nstar: nstar,
+                    ..Default::default()
                 },
                 format!("householder-pcr n*={nstar:?}"),
             ));
@@ -252,6 +254,7 @@ fn one(solver: &GpuBatchSolver, args: &[String]) -> ExitCode {
             GpuOptions {
                 ldlt: LdltOrganisation::Auto,
                 householder_nstar: Some(nstar),
+                ..Default::default()
             },
         )
     } else {
@@ -264,6 +267,7 @@ fn one(solver: &GpuBatchSolver, args: &[String]) -> ExitCode {
                     LdltOrganisation::Hybrid { nstar }
                 },
                 householder_nstar: None,
+                ..Default::default()
             },
         )
     };
@@ -339,7 +343,11 @@ fn main() -> ExitCode {
     if mode == "one" {
         return one(&solver, &args[2..]);
     }
-    let problems = check::<f64>(&solver) + check::<f32>(&solver);
+    let problems = if std::env::var("GPU_BENCH_NO_CHECK").is_ok() {
+        0
+    } else {
+        check::<f64>(&solver) + check::<f32>(&solver)
+    };
     println!("correctness: {problems} problem variant(s)");
     if mode == "check" {
         return if problems == 0 {
@@ -362,6 +370,14 @@ fn main() -> ExitCode {
                 BenchVariant::LdltNstarSweep | BenchVariant::HouseholderNstarSweep
             )
         });
+    }
+    // GPU_BENCH_VARIANTS=dc: L D L^T (tuned), escalating and divide and conquer only.
+    if std::env::var("GPU_BENCH_VARIANTS").as_deref() == Ok("dc") {
+        cfg.variants = vec![
+            BenchVariant::Ldlt(LdltOrganisation::Auto),
+            BenchVariant::Escalating,
+            BenchVariant::DivideConquer,
+        ];
     }
     let t0 = std::time::Instant::now();
     match bench_solvers(&solver, &cfg) {

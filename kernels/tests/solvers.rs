@@ -753,7 +753,7 @@ fn check_summary(
         per_method[r.method as usize] += 1;
         per_status[r.status as usize] += 1;
         discarded += r.discarded as usize;
-        if r.status != Status::NonFiniteInput {
+        if r.status == Status::Ok {
             max_residual = nan_max(max_residual, r.residual);
         }
     }
@@ -1585,7 +1585,14 @@ fn non_finite_for<T: Real>(chk: &mut Checker) {
                             || format!("system {i} changed"),
                         );
                     }
-                    check_summary(chk, &case, &out.reports, &out.summary, start, 0.01);
+                    check_summary(
+                        chk,
+                        &case,
+                        &out.reports,
+                        &out.summary,
+                        start,
+                        SolverParams::default().memory_fraction,
+                    );
                     chk.ensure(
                         out.summary.per_status[Status::NonFiniteInput as usize] == 1,
                         &case,
@@ -1749,7 +1756,7 @@ fn memory_rule_for<T: Real>(chk: &mut Checker) {
     }
     // merge: counts add up, the higher next_start wins.
     let a = solve(
-        &memory_batch::<T>(n, &kinds(99, 0, 1), 7),
+        &memory_batch::<T>(n, &kinds(40, 0, 60), 7),
         escalating,
         Method::Ldlt,
         T::NAN,

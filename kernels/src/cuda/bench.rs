@@ -34,6 +34,12 @@ pub enum BenchVariant {
     HouseholderNstarSweep,
     /// cuSOLVER `potrfBatched` + `potrsBatched` (lower triangle).
     Cusolver,
+    /// Householder + divide and conquer + truncated solve (one warp per system; batch
+    /// at most 2^18).
+    DivideConquer,
+    /// The escalating strategy from `L D L^T` (on the benchmark's diagonally dominant
+    /// matrices nothing escalates: the cost of the device-side checks and compaction).
+    Escalating,
 }
 
 /// What to measure.
@@ -67,6 +73,8 @@ impl Default for BenchConfig {
                 BenchVariant::Ldlt(LdltOrganisation::Auto),
                 BenchVariant::HouseholderNstarSweep,
                 BenchVariant::HouseholderPcr(None),
+                BenchVariant::Escalating,
+                BenchVariant::DivideConquer,
                 BenchVariant::Cusolver,
             ],
             warmup: 2,
@@ -257,10 +265,12 @@ fn expand(
     let ldlt = |o: LdltOrganisation| GpuOptions {
         ldlt: o,
         householder_nstar: None,
+        ..Default::default()
     };
     let hh = |nstar: Option<usize>| GpuOptions {
         ldlt: LdltOrganisation::Auto,
         householder_nstar: nstar,
+        ..Default::default()
     };
     for v in variants {
         match *v {
@@ -302,6 +312,16 @@ fn expand(
                     }
                 }
             }
+            BenchVariant::DivideConquer => out.push((
+                Strategy::DivideConquer,
+                GpuOptions::default(),
+                "divide-conquer".into(),
+            )),
+            BenchVariant::Escalating => out.push((
+                Strategy::Escalating,
+                GpuOptions::default(),
+                "escalating".into(),
+            )),
             BenchVariant::Cusolver => {}
         }
     }
@@ -420,6 +440,8 @@ fn bench_precision<T: GpuReal>(
             // One thread per system is slow: a smaller batch, still filling the device.
             let nb = if options.ldlt == LdltOrganisation::Simd && strategy == Strategy::Ldlt {
                 batch.min(1 << (((1usize << 24) / (n * n)).max(1 << 12)).ilog2())
+            } else if strategy == Strategy::DivideConquer {
+                batch.min(1 << 18)
             } else {
                 batch
             };
@@ -502,6 +524,34 @@ fn bench_precision<T: GpuReal>(
                 Err(e) => report
                     .notes
                     .push(format!("cusolver n={n} {}: {e}", T::NAME)),
+            }
+            // Vendor eigensolver row: cuSOLVER's batched Jacobi (n <= 32 only).
+            if n <= 32 {
+                match bench_syevj::<T>(solver, cfg, n, batch, &a) {
+                    Ok((seconds, seconds_min, failures)) => report.rows.push(BenchRow {
+                        n,
+                        precision: T::NAME,
+                        batch,
+                        method: "cusolver-syevj-batched (eigenpairs only)".into(),
+                        nstar: 0,
+                        seconds,
+                        seconds_min,
+                        systems_per_s: batch as f64 / seconds,
+                        floor_seconds: floor,
+                        floor_systems_per_s: batch as f64 / floor,
+                        floor_lower_systems_per_s: batch as f64 / floor_lower,
+                        max_residual: f64::NAN,
+                        failures,
+                        residual_mismatches: 0,
+                        registers: 0,
+                        local_bytes: 0,
+                        warps_per_sm: 0,
+                        shared_bytes_per_block: 0,
+                    }),
+                    Err(e) => report
+                        .notes
+                        .push(format!("cusolver syevjBatched n={n} {}: {e}", T::NAME)),
+                }
             }
         }
     }
@@ -664,4 +714,143 @@ fn bench_cusolver<T: GpuReal>(
     }
     let min = times.iter().copied().fold(f64::INFINITY, f64::min);
     Ok((median(&mut times), min, max_residual, failures))
+}
+
+/// cuSOLVER `syevjBatched` (Jacobi, eigenvalues and eigenvectors, lower triangle,
+/// default tolerance and sweeps) on copies of `a`, made before the start event of each
+/// repeat. Only the decomposition is timed (no solve; no residual).
+/// Returns (median s, min s, matrices with `info != 0`).
+fn bench_syevj<T: GpuReal>(
+    solver: &GpuBatchSolver,
+    cfg: &BenchConfig,
+    n: usize,
+    batch: usize,
+    a: &CudaSlice<T>,
+) -> Result<(f64, f64, usize), GpuError> {
+    use cudarc::cusolver::sys as cs;
+    // SAFETY: only tries to dlopen libcusolver by its usual names.
+    if !unsafe { cs::is_culib_present() } {
+        return Err(GpuError::Cusolver("libcusolver was not found".into()));
+    }
+    let stream = solver.stream();
+    let handle = cudarc::cusolver::DnHandle::new(stream.clone())
+        .map_err(|e| GpuError::Cusolver(format!("handle: {e:?}")))?;
+    let mut params: cs::syevjInfo_t = std::ptr::null_mut();
+    // SAFETY: `params` is a valid out pointer; destroyed below.
+    let st = unsafe { cs::cusolverDnCreateSyevjInfo(&mut params) };
+    if st != cs::cusolverStatus_t::CUSOLVER_STATUS_SUCCESS {
+        return Err(GpuError::Cusolver(format!("CreateSyevjInfo: {st:?}")));
+    }
+    let result = (|| {
+        let mut work_a: CudaSlice<T> = stream.alloc_zeros(batch * n * n)?;
+        let mut w: CudaSlice<T> = stream.alloc_zeros(batch * n)?;
+        let mut infos: CudaSlice<i32> = stream.alloc_zeros(batch)?;
+        let jobz = cs::cusolverEigMode_t::CUSOLVER_EIG_MODE_VECTOR;
+        let lower = cs::cublasFillMode_t::CUBLAS_FILL_MODE_LOWER;
+        let (ni, bi) = (n as i32, batch as i32);
+        let ap = work_a.device_ptr_mut(stream).0;
+        let wp = w.device_ptr_mut(stream).0;
+        let ip = infos.device_ptr_mut(stream).0;
+        let mut lwork = 0i32;
+        // SAFETY: A and W are device buffers of batch*n*n and batch*n elements.
+        let st = unsafe {
+            if T::IS_F64 {
+                cs::cusolverDnDsyevjBatched_bufferSize(
+                    handle.cu(),
+                    jobz,
+                    lower,
+                    ni,
+                    ap as *const f64,
+                    ni,
+                    wp as *const f64,
+                    &mut lwork,
+                    params,
+                    bi,
+                )
+            } else {
+                cs::cusolverDnSsyevjBatched_bufferSize(
+                    handle.cu(),
+                    jobz,
+                    lower,
+                    ni,
+                    ap as *const f32,
+                    ni,
+                    wp as *const f32,
+                    &mut lwork,
+                    params,
+                    bi,
+                )
+            }
+        };
+        if st != cs::cusolverStatus_t::CUSOLVER_STATUS_SUCCESS {
+            return Err(GpuError::Cusolver(format!(
+                "syevjBatched_bufferSize: {st:?}"
+            )));
+        }
+        let mut work: CudaSlice<T> = stream.alloc_zeros((lwork.max(1)) as usize)?;
+        let wkp = work.device_ptr_mut(stream).0;
+        let call = || -> Result<(), GpuError> {
+            // SAFETY: as above; `work` has `lwork` elements, `infos` `batch` ints, the
+            // handle works on the solver's stream, so the copy of `a` before is done.
+            let st = unsafe {
+                if T::IS_F64 {
+                    cs::cusolverDnDsyevjBatched(
+                        handle.cu(),
+                        jobz,
+                        lower,
+                        ni,
+                        ap as *mut f64,
+                        ni,
+                        wp as *mut f64,
+                        wkp as *mut f64,
+                        lwork,
+                        ip as *mut i32,
+                        params,
+                        bi,
+                    )
+                } else {
+                    cs::cusolverDnSsyevjBatched(
+                        handle.cu(),
+                        jobz,
+                        lower,
+                        ni,
+                        ap as *mut f32,
+                        ni,
+                        wp as *mut f32,
+                        wkp as *mut f32,
+                        lwork,
+                        ip as *mut i32,
+                        params,
+                        bi,
+                    )
+                }
+            };
+            if st != cs::cusolverStatus_t::CUSOLVER_STATUS_SUCCESS {
+                return Err(GpuError::Cusolver(format!("syevjBatched: {st:?}")));
+            }
+            Ok(())
+        };
+        stream.memcpy_dtod(a, &mut work_a)?;
+        call()?;
+        stream.synchronize()?;
+        let failures = stream
+            .clone_dtoh(&infos)?
+            .iter()
+            .filter(|&&i| i != 0)
+            .count();
+        for _ in 0..cfg.warmup {
+            stream.memcpy_dtod(a, &mut work_a)?;
+            call()?;
+        }
+        let mut times = Vec::new();
+        for _ in 0..cfg.repeats.max(1) {
+            stream.memcpy_dtod(a, &mut work_a)?;
+            times.push(time_events(solver, call)?);
+        }
+        let min = times.iter().copied().fold(f64::INFINITY, f64::min);
+        Ok((median(&mut times), min, failures))
+    })();
+    // SAFETY: created above, destroyed once.
+    let _ = unsafe { cs::cusolverDnDestroySyevjInfo(params) };
+    result
 }

@@ -14,6 +14,8 @@
 //! | [`LdltOrganisation::Collaborative`] | `n` | Section 3.2, "collaborative" |
 //! | [`LdltOrganisation::Hybrid`] | `n* < n`, several systems per warp | Algorithm 1 |
 //! | Householder + PCR | `n*` (default from [`tuning`]) | Algorithm 2, Fig. 9 |
+//! | Householder + divide and conquer (`cuda/stedc.cu`) | 32 (one warp) | Algorithm 3 |
+//! | escalation (`cuda/escalate.cu`) | 32 per check | Sections 1 and 6 |
 //!
 //! Entry points: [`GpuBatchSolver::solve_batched_gpu`] on device buffers and
 //! [`GpuBatchSolver::solve_batched_host`] on host slices; [`bench::bench_solvers`]
@@ -25,12 +27,16 @@
 
 pub mod bench;
 pub mod module;
+pub mod paths;
+pub mod regression;
 pub mod solver;
 pub mod tuning;
 
 pub use bench::{bench_solvers, BenchConfig, BenchReport, BenchRow};
 pub use module::{CompiledKernel, KernelFamily, KernelKey, ModuleCache};
-pub use solver::{GpuBatchSolver, GpuOptions, GpuReal, GpuReport, LaunchInfo, LdltOrganisation};
+pub use solver::{
+    EscalationCounts, GpuBatchSolver, GpuOptions, GpuReal, GpuReport, LaunchInfo, LdltOrganisation,
+};
 
 use crate::Strategy;
 
@@ -52,7 +58,8 @@ pub enum GpuError {
     /// A cuSOLVER call failed.
     #[error("cuSOLVER: {0}")]
     Cusolver(String),
-    /// The strategy has no GPU implementation yet (divide and conquer, escalation).
+    /// The strategy has no GPU implementation (kept for API stability; every
+    /// strategy is implemented now).
     #[error("strategy {0} is not implemented on the GPU yet")]
     Unsupported(Strategy),
     /// A kernel needs more shared memory per block than the device offers.

@@ -16,6 +16,8 @@ const COMMON_CU: &str = include_str!("../../cuda/common.cu");
 const LDLT_CU: &str = include_str!("../../cuda/ldlt.cu");
 const HOUSEHOLDER_PCR_CU: &str = include_str!("../../cuda/householder_pcr.cu");
 const UTIL_CU: &str = include_str!("../../cuda/util.cu");
+const STEDC_CU: &str = include_str!("../../cuda/stedc.cu");
+const ESCALATE_CU: &str = include_str!("../../cuda/escalate.cu");
 
 /// NVRTC options fixing the floating-point semantics: no contraction of `a*b+c` into
 /// FMA, IEEE division and square root, denormals kept; the CPU code does the same.
@@ -35,6 +37,10 @@ pub enum KernelFamily {
     LdltSimd,
     /// `householder_pcr_{f32,f64}`.
     HouseholderPcr,
+    /// `divide_conquer_{f32,f64}` (Householder + divide and conquer + truncated solve,
+    /// one warp per system) and the escalation kernels `ldlt_check`, `gather_systems`,
+    /// `pcr_check` (`cuda/stedc.cu` + `cuda/escalate.cu`).
+    DivideConquer,
     /// Helpers with run-time `n`: `fill_spd`, `fill_nan`, `pointer_array`, `relative_residual`.
     Util,
 }
@@ -56,6 +62,9 @@ impl KernelFamily {
             KernelFamily::LdltGroup | KernelFamily::LdltSimd => source_file("ldlt.cu", LDLT_CU),
             KernelFamily::HouseholderPcr => source_file("householder_pcr.cu", HOUSEHOLDER_PCR_CU),
             KernelFamily::Util => source_file("util.cu", UTIL_CU),
+            KernelFamily::DivideConquer => {
+                source_file("stedc.cu", STEDC_CU) + &source_file("escalate.cu", ESCALATE_CU)
+            }
         }
     }
     fn entries(self) -> &'static [&'static str] {
@@ -64,6 +73,13 @@ impl KernelFamily {
             KernelFamily::LdltSimd => &["ldlt_simd"],
             KernelFamily::HouseholderPcr => &["householder_pcr"],
             KernelFamily::Util => &["fill_spd", "fill_nan", "pointer_array", "relative_residual"],
+            KernelFamily::DivideConquer => &[
+                "divide_conquer",
+                "ldlt_check",
+                "gather_systems",
+                "pcr_check",
+                "stedc_batched",
+            ],
         }
     }
 }
@@ -345,6 +361,9 @@ mod tests {
             (KernelFamily::LdltSimd, 5, 0),
             (KernelFamily::HouseholderPcr, 9, 8),
             (KernelFamily::Util, 0, 0),
+            (KernelFamily::DivideConquer, 1, 0),
+            (KernelFamily::DivideConquer, 30, 0),
+            (KernelFamily::DivideConquer, 64, 0),
         ] {
             for f64 in [false, true] {
                 let k = KernelKey {

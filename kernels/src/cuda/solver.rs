@@ -26,7 +26,9 @@ impl GpuReal for f64 {
 
 /// Per-system result written by the kernels (`struct GpuReport` in `cuda/common.cu`):
 /// the relative residual (NaN where no solution was produced), and the codes of
-/// [`Method`] and [`Status`] in declaration order. 16 bytes.
+/// [`Method`] and [`Status`] in declaration order. 16 bytes. The divide-and-conquer
+/// kernel stores the number of discarded eigenvalues in `method >> 8`
+/// ([`SystemReport::discarded`]); the method code is `method & 0xff`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct GpuReport {
@@ -45,7 +47,8 @@ impl GpuReport {
     /// The host report. Unknown codes (an unwritten, poisoned entry) map to
     /// [`Status::Failed`] with a NaN residual.
     pub fn to_system_report(self) -> SystemReport {
-        let method = match self.method {
+        let discarded = self.method >> 8;
+        let method = match self.method & 0xff {
             0 => Some(Method::Ldlt),
             1 => Some(Method::HouseholderPcr),
             2 => Some(Method::DivideConquer),
@@ -63,7 +66,7 @@ impl GpuReport {
                 method,
                 status,
                 residual: self.residual,
-                discarded: 0,
+                discarded,
             },
             _ => SystemReport {
                 method: method.unwrap_or_default(),
@@ -95,6 +98,33 @@ pub struct GpuOptions {
     pub ldlt: LdltOrganisation,
     /// Threads per system of Householder + PCR (`None`: [`tuning::householder_nstar`]).
     pub householder_nstar: Option<usize>,
+    /// Where [`Strategy::Escalating`] starts (the memory rule: the previous batch's
+    /// [`BatchSummary::next_start`]); ignored by the other strategies.
+    pub start: Method,
+}
+
+/// What an escalating solve did ([`GpuBatchSolver::solve_escalating_gpu`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EscalationCounts {
+    pub systems: usize,
+    /// Systems solved (or tried) by Householder + PCR.
+    pub householder_pcr: usize,
+    /// Systems sent to divide and conquer.
+    pub divide_conquer: usize,
+    /// The first launch (L D L^T, Householder + PCR or divide and conquer, by `start`).
+    pub first_launch: LaunchInfo,
+}
+
+/// Dynamic shared memory of `divide_conquer` for size `n` (`DC_REALS` reals and
+/// `DC_INTS` ints of `cuda/stedc.cu`), rounded up to 16 bytes.
+pub fn dc_shared_bytes(n: usize, elem_bytes: usize) -> usize {
+    ((4 * n * n + 16 * n) * elem_bytes + (13 * n + 16) * 4).next_multiple_of(16)
+}
+
+/// Dynamic shared memory of `ldlt_check` / `pcr_check` (`CHECK_REALS` of
+/// `cuda/escalate.cu`).
+pub fn check_shared_bytes(n: usize, elem_bytes: usize) -> usize {
+    ((n * n + 5 * n) * elem_bytes).next_multiple_of(16)
 }
 
 /// What a launch used: kernel, geometry and resources.
@@ -278,8 +308,361 @@ impl GpuBatchSolver {
                     nstar,
                 ))
             }
-            s => Err(GpuError::Unsupported(s)),
+            Strategy::DivideConquer | Strategy::Escalating => Ok((
+                KernelKey {
+                    family: KernelFamily::DivideConquer,
+                    f64: T::IS_F64,
+                    n: n as u32,
+                    nstar: 0,
+                    sys_stride: 0,
+                },
+                32,
+            )),
         }
+    }
+
+    /// Launch geometry of the one-warp-per-system kernels of `cuda/stedc.cu` and
+    /// `cuda/escalate.cu`: blocks of 32 threads, `smem` dynamic bytes, one block per
+    /// system up to 2^22 blocks (the kernels loop over the rest).
+    fn warp_geometry(
+        &self,
+        kernel: &CompiledKernel,
+        entry: &str,
+        smem: usize,
+        count: usize,
+    ) -> Result<(LaunchConfig, LaunchInfo), GpuError> {
+        let f = kernel.function(entry);
+        let limit = self.info.shared_per_block_optin;
+        if smem + kernel.static_shared_bytes as usize > limit {
+            return Err(GpuError::SharedMemory {
+                kernel: format!("{}::{entry}", kernel.key.label()),
+                needed: smem,
+                limit,
+            });
+        }
+        if smem > 48 * 1024 {
+            f.set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                smem as i32,
+            )?;
+        }
+        let blocks_per_sm = f.occupancy_max_active_blocks_per_multiprocessor(32, smem, None)?;
+        let grid = count.clamp(1, 1 << 22) as u32;
+        let cfg = LaunchConfig {
+            grid_dim: (grid, 1, 1),
+            block_dim: (32, 1, 1),
+            shared_mem_bytes: smem as u32,
+        };
+        let info = LaunchInfo {
+            kernel: format!("{}::{entry}", kernel.key.label()),
+            nstar: 32,
+            block_threads: 32,
+            grid_blocks: grid,
+            shared_bytes_per_block: smem + kernel.static_shared_bytes as usize,
+            registers: kernel.registers,
+            local_bytes: kernel.local_bytes,
+            blocks_per_sm,
+            warps_per_sm: blocks_per_sm,
+        };
+        Ok((cfg, info))
+    }
+
+    /// Householder + divide and conquer + truncated solve (`divide_conquer` of
+    /// `cuda/stedc.cu`) on the systems `idx[k]`, `k < count` (`None`: systems
+    /// `0..count`); writes their `x` and reports only.
+    #[allow(clippy::too_many_arguments)]
+    fn launch_divide_conquer<T: GpuReal>(
+        &self,
+        kernel: &CompiledKernel,
+        n: usize,
+        a: &CudaView<'_, T>,
+        b: &CudaView<'_, T>,
+        x: &mut CudaViewMut<'_, T>,
+        reports: &mut CudaViewMut<'_, GpuReport>,
+        idx: Option<&CudaView<'_, u32>>,
+        count: usize,
+        threshold: f64,
+    ) -> Result<LaunchInfo, GpuError> {
+        let smem = dc_shared_bytes(n, std::mem::size_of::<T>());
+        let (cfg, info) = self.warp_geometry(kernel, "divide_conquer", smem, count)?;
+        if count == 0 {
+            return Ok(info);
+        }
+        let count_arg = count as i64;
+        let null: u64 = 0;
+        let f = kernel.function("divide_conquer");
+        let mut launch = self.stream.launch_builder(f);
+        launch.arg(a).arg(b).arg(x).arg(reports);
+        match idx {
+            Some(v) => launch.arg(v),
+            None => launch.arg(&null),
+        };
+        launch.arg(&count_arg).arg(&threshold);
+        // SAFETY: `divide_conquer_{f32,f64}` takes (const real* A, const real* B, real* X,
+        // GpuReport* rep, const unsigned* idx, long long count, double threshold) with
+        // real = T; A holds batch*n*n, B and X batch*n, rep batch entries (checked by
+        // the caller), idx is null or holds `count` indices < batch (written by the
+        // escalation kernels from system numbers), the u64 0 is a null pointer of the
+        // same size. Each system is written by one block only; A, B, idx are read only.
+        unsafe { launch.launch(cfg) }?;
+        Ok(info)
+    }
+
+    /// Divide and conquer alone on `count = d.len() / n` symmetric tridiagonal matrices
+    /// (the `stedc` of `cuda/stedc.cu`, the GPU mirror of [`crate::stedc::stedc`]), for
+    /// tests: `d`, `e`: `count x n` (row `k` of `e` holds the `n - 1` off-diagonal
+    /// entries then one unused entry); `lambda`: `count x n`, eigenvalues ascending;
+    /// `z`: `count x n x n`, column-major eigenvectors. NaN where `stedc` failed.
+    ///
+    /// # Errors
+    /// Compilation, shared memory or launch errors.
+    ///
+    /// # Panics
+    /// If the lengths do not match.
+    #[track_caller]
+    pub fn stedc_batched_gpu<T: GpuReal>(
+        &self,
+        n: usize,
+        d: &CudaView<'_, T>,
+        e: &CudaView<'_, T>,
+        lambda: &mut CudaViewMut<'_, T>,
+        z: &mut CudaViewMut<'_, T>,
+    ) -> Result<(), GpuError> {
+        assert!((1..=MAX_N).contains(&n), "n = {n} outside 1..={MAX_N}");
+        let count = d.len() / n;
+        assert_eq!(d.len(), count * n, "d.len() must be count*n");
+        assert_eq!(e.len(), count * n, "e.len() must be count*n");
+        assert_eq!(lambda.len(), count * n, "lambda.len() must be count*n");
+        assert_eq!(z.len(), count * n * n, "z.len() must be count*n*n");
+        let (key, _) = self.kernel_key::<T>(n, Strategy::DivideConquer, &GpuOptions::default())?;
+        let kernel = self.cache.get(key)?;
+        let smem = dc_shared_bytes(n, std::mem::size_of::<T>());
+        let (cfg, _) = self.warp_geometry(&kernel, "stedc_batched", smem, count)?;
+        if count == 0 {
+            return Ok(());
+        }
+        let count_arg = count as i64;
+        let mut launch = self.stream.launch_builder(kernel.function("stedc_batched"));
+        launch.arg(d).arg(e).arg(lambda).arg(z).arg(&count_arg);
+        // SAFETY: `stedc_batched_{f32,f64}` takes (const real* D, const real* E, real*
+        // lambda, real* Z, long long count) with real = T and the lengths checked above;
+        // each matrix is read and written by one block only.
+        unsafe { launch.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// Escalating solve on the device (the logic of `solve_one`, see
+    /// [`Strategy::Escalating`]): starting at `options.start`, `L D L^T` on every
+    /// system (the kernel of [`Strategy::Ldlt`]), then `ldlt_check` computes the residual,
+    /// the equilibrated growth and the pivot ratio per system and appends the systems
+    /// that need the next level to two index lists (atomic compaction); the
+    /// Householder + PCR candidates are gathered (chunks of at most 2^16 systems) and
+    /// solved, `pcr_check` accepts them or appends them to the divide-and-conquer list,
+    /// and `divide_conquer` solves that list in place. Only the two list lengths come
+    /// back to the host (two synchronisations); matrices never leave the device.
+    ///
+    /// Arguments as [`GpuBatchSolver::solve_batched_gpu`]. The call synchronises the
+    /// stream (to read the counts) but returns before the last kernel finishes.
+    ///
+    /// # Errors
+    /// Compilation, shared memory, allocation or launch errors.
+    ///
+    /// # Panics
+    /// If the buffer lengths do not match `n`.
+    #[track_caller]
+    #[allow(clippy::too_many_arguments)]
+    pub fn solve_escalating_gpu<T: GpuReal>(
+        &self,
+        n: usize,
+        a: &CudaView<'_, T>,
+        b: &CudaView<'_, T>,
+        x: &mut CudaViewMut<'_, T>,
+        reports: &mut CudaViewMut<'_, GpuReport>,
+        params: &SolverParams,
+        options: &GpuOptions,
+    ) -> Result<EscalationCounts, GpuError> {
+        assert!((1..=MAX_N).contains(&n), "n = {n} outside 1..={MAX_N}");
+        let batch = b.len() / n;
+        assert_eq!(a.len(), batch * n * n, "a.len() must be batch*n*n");
+        assert_eq!(x.len(), batch * n, "x.len() must be batch*n");
+        assert_eq!(reports.len(), batch, "reports.len() must be batch");
+        let eb = std::mem::size_of::<T>();
+        let tol = params.tolerance::<T>(n);
+        let thr = params.condition_threshold;
+        let (dkey, _) = self.kernel_key::<T>(n, Strategy::DivideConquer, options)?;
+        let dck = self.cache.get(dkey)?;
+        if options.start == Method::DivideConquer || batch == 0 {
+            let info = self.launch_divide_conquer(&dck, n, a, b, x, reports, None, batch, thr)?;
+            return Ok(EscalationCounts {
+                systems: batch,
+                householder_pcr: 0,
+                divide_conquer: batch,
+                first_launch: info,
+            });
+        }
+        let mut counters: CudaSlice<u32> = self.stream.alloc_zeros(2)?;
+        let mut list2: CudaSlice<u32> = self.stream.alloc_zeros(batch)?;
+        let check_smem = check_shared_bytes(n, eb);
+        let mut first_launch = None;
+        let mut list1: Option<CudaSlice<u32>> = None;
+        let count1 = if options.start == Method::Ldlt {
+            first_launch = Some(self.solve_batched_gpu(
+                n,
+                a,
+                b,
+                x,
+                reports,
+                Strategy::Ldlt,
+                params,
+                options,
+            )?);
+            let mut l1: CudaSlice<u32> = self.stream.alloc_zeros(batch)?;
+            let (cfg, _) = self.warp_geometry(&dck, "ldlt_check", check_smem, batch)?;
+            let batch_arg = batch as i64;
+            let xr = x.slice(0..batch * n);
+            let rr = reports.slice(0..batch);
+            let mut launch = self.stream.launch_builder(dck.function("ldlt_check"));
+            launch
+                .arg(a)
+                .arg(b)
+                .arg(&xr)
+                .arg(&rr)
+                .arg(&batch_arg)
+                .arg(&tol)
+                .arg(&thr)
+                .arg(&mut l1)
+                .arg(&mut list2)
+                .arg(&mut counters);
+            // SAFETY: `ldlt_check_{f32,f64}` takes (const real* A, const real* B, const
+            // real* X, const GpuReport* rep, long long batch, double tol, double thr,
+            // unsigned* list1, unsigned* list2, unsigned* counters); A, B, X, rep hold
+            // `batch` systems (checked above) and are read only; list1 and list2 hold
+            // `batch` entries, and each system is appended to at most one of them once,
+            // through counters[0] / counters[1] (2 entries, zeroed).
+            unsafe { launch.launch(cfg) }?;
+            let host = self.stream.clone_dtoh(&counters)?;
+            self.stream.synchronize()?;
+            list1 = Some(l1);
+            host[0] as usize
+        } else {
+            batch
+        };
+
+        // Level 1: Householder + PCR in chunks, then pcr_check.
+        if count1 > 0 {
+            let chunk = count1.min(1 << 16);
+            let mut xs: CudaSlice<T> = self.stream.alloc_zeros(chunk * n)?;
+            let mut rs: CudaSlice<GpuReport> = self.stream.alloc_zeros(chunk)?;
+            let mut gathered: Option<(CudaSlice<T>, CudaSlice<T>)> = match list1 {
+                Some(_) => Some((
+                    self.stream.alloc_zeros(chunk * n * n)?,
+                    self.stream.alloc_zeros(chunk * n)?,
+                )),
+                None => None,
+            };
+            let null: u64 = 0;
+            let mut k0 = 0;
+            while k0 < count1 {
+                let cnt = chunk.min(count1 - k0);
+                let k0_arg = k0 as i64;
+                let cnt_arg = cnt as i64;
+                let info = match (&list1, &mut gathered) {
+                    (Some(l1), Some((a_s, b_s))) => {
+                        let f = dck.function("gather_systems");
+                        let cfg = LaunchConfig {
+                            grid_dim: ((cnt * n * n).div_ceil(256).clamp(1, 1 << 20) as u32, 1, 1),
+                            block_dim: (256, 1, 1),
+                            shared_mem_bytes: 0,
+                        };
+                        let mut launch = self.stream.launch_builder(f);
+                        launch
+                            .arg(a)
+                            .arg(b)
+                            .arg(l1)
+                            .arg(&k0_arg)
+                            .arg(&cnt_arg)
+                            .arg(&mut *a_s)
+                            .arg(&mut *b_s);
+                        // SAFETY: `gather_systems_{f32,f64}` takes (const real* A, const
+                        // real* B, const unsigned* idx, long long k0, long long cnt,
+                        // real* As, real* Bs); idx[k0..k0+cnt] are system numbers < batch
+                        // written by ldlt_check (count read back above), As and Bs hold
+                        // `chunk >= cnt` systems; A, B, idx are read only.
+                        unsafe { launch.launch(cfg) }?;
+                        self.solve_batched_gpu(
+                            n,
+                            &a_s.slice(0..cnt * n * n),
+                            &b_s.slice(0..cnt * n),
+                            &mut xs.slice_mut(0..cnt * n),
+                            &mut rs.slice_mut(0..cnt),
+                            Strategy::HouseholderPcr,
+                            params,
+                            options,
+                        )?
+                    }
+                    _ => self.solve_batched_gpu(
+                        n,
+                        &a.slice(k0 * n * n..(k0 + cnt) * n * n),
+                        &b.slice(k0 * n..(k0 + cnt) * n),
+                        &mut xs.slice_mut(0..cnt * n),
+                        &mut rs.slice_mut(0..cnt),
+                        Strategy::HouseholderPcr,
+                        params,
+                        options,
+                    )?,
+                };
+                first_launch.get_or_insert(info);
+                let (cfg, _) = self.warp_geometry(&dck, "pcr_check", check_smem, cnt)?;
+                let mut launch = self.stream.launch_builder(dck.function("pcr_check"));
+                launch.arg(a).arg(b);
+                match &list1 {
+                    Some(l1) => launch.arg(l1),
+                    None => launch.arg(&null),
+                };
+                launch
+                    .arg(&k0_arg)
+                    .arg(&cnt_arg)
+                    .arg(&xs)
+                    .arg(&rs)
+                    .arg(&mut *x)
+                    .arg(&mut *reports)
+                    .arg(&tol)
+                    .arg(&thr)
+                    .arg(&mut list2)
+                    .arg(&mut counters);
+                // SAFETY: `pcr_check_{f32,f64}` takes (const real* A, const real* B, const
+                // unsigned* idx, long long k0, long long cnt, const real* Xs, const
+                // GpuReport* reps, real* X, GpuReport* rep, double tol, double thr,
+                // unsigned* list2, unsigned* counters); idx is null (systems k0..k0+cnt)
+                // or list1 (indices < batch); Xs, reps hold `cnt` results; each system
+                // writes only its own X and rep entries or appends itself to list2
+                // (`batch` entries, each system at most once).
+                unsafe { launch.launch(cfg) }?;
+                k0 += cnt;
+            }
+        }
+        let host = self.stream.clone_dtoh(&counters)?;
+        self.stream.synchronize()?;
+        let count2 = host[1] as usize;
+        if count2 > 0 {
+            let l2 = list2.slice(0..count2);
+            let info =
+                self.launch_divide_conquer(&dck, n, a, b, x, reports, Some(&l2), count2, thr)?;
+            first_launch.get_or_insert(info);
+        }
+        let first_launch = match first_launch {
+            Some(i) => i,
+            None => {
+                self.warp_geometry(&dck, "divide_conquer", dc_shared_bytes(n, eb), 0)?
+                    .1
+            }
+        };
+        Ok(EscalationCounts {
+            systems: batch,
+            householder_pcr: count1,
+            divide_conquer: count2,
+            first_launch,
+        })
     }
 
     /// Launch geometry for `kernel` over `batch` systems: block size chosen to maximise
@@ -395,8 +778,9 @@ impl GpuBatchSolver {
     }
 
     /// Solves the `batch = b.len() / n` systems `A_i x_i = b_i` on the device with
-    /// `strategy` (`Ldlt` or `HouseholderPcr`; the others return
-    /// [`GpuError::Unsupported`] for now).
+    /// `strategy`: every [`Strategy`]; [`Strategy::Escalating`] goes through
+    /// [`GpuBatchSolver::solve_escalating_gpu`] (starting at `options.start`) and
+    /// returns its first launch.
     ///
     /// * `a`: `batch * n * n`, matrix `i` column-major at `a[i*n*n..]`, lower triangle read.
     /// * `b`: `batch * n`; `x`: `batch * n`, solution `i` at `x[i*n..]` (NaN where no
@@ -404,8 +788,8 @@ impl GpuBatchSolver {
     /// * `reports`: `batch` entries, see [`GpuReport`].
     ///
     /// The work is queued on [`GpuBatchSolver::stream`]; the call returns without
-    /// waiting for it. `params` is accepted for symmetry with the CPU driver (its
-    /// tolerance only matters for escalation).
+    /// waiting for it (escalation synchronises once or twice to read list lengths).
+    /// `params`: the tolerance and condition threshold of escalation and truncation.
     ///
     /// # Errors
     /// Unsupported strategy, invalid `n*`, compilation, shared memory or launch errors.
@@ -425,7 +809,6 @@ impl GpuBatchSolver {
         params: &SolverParams,
         options: &GpuOptions,
     ) -> Result<LaunchInfo, GpuError> {
-        let _ = params;
         assert!((1..=MAX_N).contains(&n), "n = {n} outside 1..={MAX_N}");
         assert_eq!(
             b.len() % n,
@@ -439,11 +822,29 @@ impl GpuBatchSolver {
         assert_eq!(reports.len(), batch, "reports.len() must be batch");
         let (key, nstar) = self.kernel_key::<T>(n, strategy, options)?;
         let kernel = self.cache.get(key)?;
-        let entry = match key.family {
-            KernelFamily::LdltGroup => "ldlt_group",
-            KernelFamily::LdltSimd => "ldlt_simd",
-            KernelFamily::HouseholderPcr => "householder_pcr",
-            KernelFamily::Util => unreachable!(),
+        let entry = match (key.family, strategy) {
+            (KernelFamily::LdltGroup, _) => "ldlt_group",
+            (KernelFamily::LdltSimd, _) => "ldlt_simd",
+            (KernelFamily::HouseholderPcr, _) => "householder_pcr",
+            (KernelFamily::DivideConquer, Strategy::Escalating) => {
+                return self
+                    .solve_escalating_gpu(n, a, b, x, reports, params, options)
+                    .map(|c| c.first_launch);
+            }
+            (KernelFamily::DivideConquer, _) => {
+                return self.launch_divide_conquer(
+                    &kernel,
+                    n,
+                    a,
+                    b,
+                    x,
+                    reports,
+                    None,
+                    batch,
+                    params.condition_threshold,
+                );
+            }
+            (KernelFamily::Util, _) => unreachable!(),
         };
         let (cfg, info) = self.geometry::<T>(&kernel, entry, nstar, batch)?;
         if batch == 0 {
@@ -505,9 +906,13 @@ impl GpuBatchSolver {
         for (r, g) in reports.iter_mut().zip(host_reports) {
             *r = g.to_system_report();
         }
+        let start = match strategy {
+            Strategy::Escalating => options.start,
+            _ => Method::Ldlt,
+        };
         Ok(BatchSummary::from_reports(
             reports,
-            Method::Ldlt,
+            start,
             params.memory_fraction,
         ))
     }

@@ -90,13 +90,15 @@ pub fn padded_stride(elems: usize, elem_bytes: usize, spw: usize) -> usize {
 }
 
 /// Shared-memory elements per system of the `L D L^T` group kernel (`cuda/ldlt.cu`):
-/// two buffers of packed `A` (the current system and the next one, being copied),
-/// `W` row-major with rows padded to 16 bytes, two vectors and two buffers of `b`.
+/// two buffers of `max(packed A, W)` entries that swap roles every system (the
+/// current `A`; `W` row-major with rows padded to 16 bytes, whose buffer receives the
+/// next system's `A` once the back substitution is done), two vectors and two buffers
+/// of `b`.
 pub fn ldlt_group_elems(n: usize, elem_bytes: usize) -> usize {
     let vec = 16 / elem_bytes;
     let round = |v: usize| v.div_ceil(vec) * vec;
     let w_size: usize = (0..n).map(|j| round(j + 1)).sum();
-    round(n * (n + 1)) + w_size + 4 * n
+    2 * round(n * (n + 1) / 2).max(w_size) + 4 * n
 }
 
 /// Shared-memory elements per system of the Householder + PCR kernel: two buffers of

@@ -1,0 +1,376 @@
+//! Path generation on the GPU with the CPU engine's random numbers and dynamics
+//! (`cuda/paths.cu`): Philox4x32-10 keyed by the 64-bit seed, counter
+//! `[block, inner_path, date, outer_path]` (`inner_path = u32::MAX` for an outer path),
+//! uniforms `(u + 0.5) / 2^32`, Box–Muller in `f64`, four normals per Philox block, and
+//! the exact GBM step `S_i <- S_i exp(drift_i + vol_i (C z)_i)`.
+//!
+//! Raw Philox words are bitwise those of the CPU; normals and states differ from the
+//! CPU's only through CUDA's `log`, `sin`, `cos` and `exp` (an ulp or two), the rest of
+//! the arithmetic being rounded identically (`--fmad=false`, IEEE division and square
+//! root).
+//!
+//! Layouts (all `f64`, row-major):
+//! - outer paths: `out[(l * (steps + 1) + k) * d + i]`, `k = 0` the spots;
+//! - inner paths from the states at exposure date `k`: `out[((l * steps + s) * inner + mm) * d + i]`
+//!   is asset `i` of inner path `mm` of outer path `l` at date `k + 1 + s` (the CPU
+//!   engine's `[l][s][mm][i]`).
+
+use super::module::compile_cubin;
+use super::GpuError;
+use cudarc::driver::sys::CUfunction_attribute;
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig,
+    PushKernelArg,
+};
+use std::sync::Arc;
+
+const PATHS_CU: &str = include_str!("../../cuda/paths.cu");
+
+/// `inner_path` counter word of an outer path's stream.
+pub const OUTER_STREAM: u32 = u32::MAX;
+
+/// The market's one-step transition, as plain slices (length `d`, the factor `d x d`).
+#[derive(Debug, Clone, Copy)]
+pub struct MarketSteps<'a> {
+    /// Prices at `t_0`.
+    pub spots: &'a [f64],
+    /// `(r - q_i - σ_i²/2) Δt` per asset.
+    pub drift: &'a [f64],
+    /// `σ_i sqrt(Δt)` per asset.
+    pub vol: &'a [f64],
+    /// Row-major lower-triangular `C` with `C C^T = ρ`; `None` for independent assets.
+    pub factor: Option<&'a [f64]>,
+}
+
+/// The full CUDA source of the path module (no defines).
+pub fn paths_source() -> String {
+    PATHS_CU.to_string()
+}
+
+/// Path generator on one device: the compiled module and the market on the device.
+/// All work is queued on the stream given to [`GpuPaths::new`].
+#[derive(Debug)]
+pub struct GpuPaths {
+    stream: Arc<CudaStream>,
+    philox: CudaFunction,
+    normals: CudaFunction,
+    outer: CudaFunction,
+    inner: CudaFunction,
+    seed: u64,
+    d: usize,
+    spots: CudaSlice<f64>,
+    drift: CudaSlice<f64>,
+    vol: CudaSlice<f64>,
+    factor: Option<CudaSlice<f64>>,
+    shared_optin: usize,
+}
+
+impl GpuPaths {
+    /// Compiles `cuda/paths.cu` for the stream's device and uploads the market.
+    ///
+    /// # Errors
+    /// [`GpuError::Invalid`] on inconsistent lengths, compile or driver errors.
+    pub fn new(
+        stream: &Arc<CudaStream>,
+        market: &MarketSteps,
+        seed: u64,
+    ) -> Result<Self, GpuError> {
+        let d = market.spots.len();
+        if d == 0 || market.drift.len() != d || market.vol.len() != d {
+            return Err(GpuError::Invalid(format!(
+                "market: {} spots, {} drifts, {} vols",
+                d,
+                market.drift.len(),
+                market.vol.len()
+            )));
+        }
+        if let Some(f) = market.factor {
+            if f.len() != d * d {
+                return Err(GpuError::Invalid(format!(
+                    "correlation factor has {} entries, expected {}",
+                    f.len(),
+                    d * d
+                )));
+            }
+        }
+        let ctx: &Arc<CudaContext> = stream.context();
+        let (major, minor) = ctx.compute_capability()?;
+        let cubin = compile_cubin(&paths_source(), "paths.cu", &format!("sm_{major}{minor}"))?;
+        let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin))?;
+        let shared_optin = ctx.attribute(
+            cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+        )?
+        .max(0) as usize;
+        Ok(Self {
+            stream: stream.clone(),
+            philox: module.load_function("philox_blocks")?,
+            normals: module.load_function("normal_draws")?,
+            outer: module.load_function("outer_paths")?,
+            inner: module.load_function("inner_paths")?,
+            seed,
+            d,
+            spots: stream.clone_htod(market.spots)?,
+            drift: stream.clone_htod(market.drift)?,
+            vol: stream.clone_htod(market.vol)?,
+            factor: market.factor.map(|f| stream.clone_htod(f)).transpose()?,
+            shared_optin,
+        })
+    }
+
+    /// Number of assets.
+    pub fn assets(&self) -> usize {
+        self.d
+    }
+
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Block size and dynamic shared bytes of the path kernels (one column of `2 d`
+    /// doubles of scratch per thread, `d` without a factor); raises the kernel's shared
+    /// limit when more than 48 KiB are needed.
+    fn geometry(
+        &self,
+        f: &CudaFunction,
+        threads_needed: usize,
+    ) -> Result<(u32, u32, u32), GpuError> {
+        let per_thread = if self.factor.is_some() { 2 } else { 1 } * self.d * 8;
+        let mut block = 128usize;
+        while block > 32 && block * per_thread > 48 * 1024 {
+            block /= 2;
+        }
+        let smem = block * per_thread;
+        if smem > self.shared_optin {
+            return Err(GpuError::SharedMemory {
+                kernel: "paths".into(),
+                needed: smem,
+                limit: self.shared_optin,
+            });
+        }
+        if smem > 48 * 1024 {
+            f.set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                smem as i32,
+            )?;
+        }
+        let grid = threads_needed.div_ceil(block);
+        if grid > i32::MAX as usize {
+            return Err(GpuError::Invalid(format!(
+                "{threads_needed} paths in one launch"
+            )));
+        }
+        Ok((block as u32, grid as u32, smem as u32))
+    }
+
+    /// Simulates outer paths `first_path .. first_path + paths` over `steps` steps into
+    /// `out` (`paths * (steps + 1) * d` elements, layout in the module doc).
+    ///
+    /// # Errors
+    /// [`GpuError::Invalid`] if `out` is too short, driver errors.
+    pub fn outer_paths(
+        &self,
+        first_path: u32,
+        paths: usize,
+        steps: usize,
+        out: &mut CudaViewMut<f64>,
+    ) -> Result<(), GpuError> {
+        let need = paths * (steps + 1) * self.d;
+        if out.len() < need {
+            return Err(GpuError::Invalid(format!(
+                "outer paths need {need} elements, got {}",
+                out.len()
+            )));
+        }
+        if paths == 0 {
+            return Ok(());
+        }
+        let (block, grid, smem) = self.geometry(&self.outer, paths)?;
+        let (paths_arg, steps_arg, d_arg) = (paths as i64, steps as i32, self.d as i32);
+        let null = 0u64;
+        let mut l = self.stream.launch_builder(&self.outer);
+        l.arg(&self.seed)
+            .arg(&first_path)
+            .arg(&paths_arg)
+            .arg(&steps_arg)
+            .arg(&d_arg)
+            .arg(&self.spots)
+            .arg(&self.drift)
+            .arg(&self.vol);
+        match &self.factor {
+            Some(f) => l.arg(f),
+            None => l.arg(&null),
+        };
+        l.arg(out);
+        let cfg = LaunchConfig {
+            grid_dim: (grid, 1, 1),
+            block_dim: (block, 1, 1),
+            shared_mem_bytes: smem,
+        };
+        // SAFETY: the argument list matches `outer_paths` in paths.cu (u64, u32, i64,
+        // i32, i32, then five pointers: spots, drift, vol, d-element device arrays;
+        // factor, d*d elements or null; out, checked above to hold paths*(steps+1)*d
+        // doubles). Threads with index >= paths return before any access, and the
+        // dynamic shared memory is block * (1 or 2) * d doubles as the kernel indexes it.
+        unsafe { l.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// Simulates `inner` inner paths of `steps` steps for each of `outer` outer paths
+    /// (global indices `first_outer + l`) from their states at exposure date `date`:
+    /// outer path `l` starts at `start[l * start_stride .. + d]`. Output layout in the
+    /// module doc (`outer * steps * inner * d` elements).
+    ///
+    /// # Errors
+    /// [`GpuError::Invalid`] if a buffer is too short, driver errors.
+    #[allow(clippy::too_many_arguments)]
+    pub fn inner_paths(
+        &self,
+        first_outer: u32,
+        date: u32,
+        start: &CudaView<f64>,
+        start_stride: usize,
+        outer: usize,
+        inner: usize,
+        steps: usize,
+        out: &mut CudaViewMut<f64>,
+    ) -> Result<(), GpuError> {
+        let d = self.d;
+        let need = outer * steps * inner * d;
+        if out.len() < need {
+            return Err(GpuError::Invalid(format!(
+                "inner paths need {need} elements, got {}",
+                out.len()
+            )));
+        }
+        if outer == 0 || inner == 0 || steps == 0 {
+            return Ok(());
+        }
+        if start.len() < (outer - 1) * start_stride + d {
+            return Err(GpuError::Invalid(format!(
+                "start states: {} elements for {outer} paths of stride {start_stride}",
+                start.len()
+            )));
+        }
+        if inner > i32::MAX as usize || steps > i32::MAX as usize {
+            return Err(GpuError::Invalid("too many inner paths or steps".into()));
+        }
+        let (block, grid, smem) = self.geometry(&self.inner, outer * inner)?;
+        let (outer_arg, inner_arg, steps_arg, d_arg, stride_arg) = (
+            outer as i64,
+            inner as i32,
+            steps as i32,
+            d as i32,
+            start_stride as i64,
+        );
+        let null = 0u64;
+        let mut l = self.stream.launch_builder(&self.inner);
+        l.arg(&self.seed)
+            .arg(&first_outer)
+            .arg(&date)
+            .arg(&outer_arg)
+            .arg(&inner_arg)
+            .arg(&steps_arg)
+            .arg(&d_arg)
+            .arg(start)
+            .arg(&stride_arg)
+            .arg(&self.drift)
+            .arg(&self.vol);
+        match &self.factor {
+            Some(f) => l.arg(f),
+            None => l.arg(&null),
+        };
+        l.arg(out);
+        let cfg = LaunchConfig {
+            grid_dim: (grid, 1, 1),
+            block_dim: (block, 1, 1),
+            shared_mem_bytes: smem,
+        };
+        // SAFETY: the argument list matches `inner_paths` in paths.cu (u64, u32, u32,
+        // i64, i32, i32, i32, start pointer, i64, drift, vol, factor or null, out).
+        // `start` holds (outer-1)*start_stride + d elements and `out`
+        // outer*steps*inner*d (both checked above); threads >= outer*inner return first;
+        // the dynamic shared memory matches the kernel's indexing.
+        unsafe { l.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// Raw Philox4x32-10 blocks on the device (for tests): `out[q] = philox(ctr[q], key[q])`.
+    ///
+    /// # Errors
+    /// [`GpuError::Invalid`] on length mismatch, driver errors.
+    pub fn philox_blocks(
+        &self,
+        ctr: &[[u32; 4]],
+        key: &[[u32; 2]],
+    ) -> Result<Vec<[u32; 4]>, GpuError> {
+        if ctr.len() != key.len() {
+            return Err(GpuError::Invalid(
+                "counters and keys differ in length".into(),
+            ));
+        }
+        let count = ctr.len();
+        if count == 0 {
+            return Ok(Vec::new());
+        }
+        let c: Vec<u32> = ctr.iter().flatten().copied().collect();
+        let k: Vec<u32> = key.iter().flatten().copied().collect();
+        let c_dev = self.stream.clone_htod(&c)?;
+        let k_dev = self.stream.clone_htod(&k)?;
+        let mut o_dev: CudaSlice<u32> =
+            self.stream.clone_htod(&vec![0xdead_beef_u32; 4 * count])?;
+        let count_arg = count as i64;
+        let mut l = self.stream.launch_builder(&self.philox);
+        l.arg(&c_dev).arg(&k_dev).arg(&mut o_dev).arg(&count_arg);
+        // SAFETY: `philox_blocks(const unsigned*, const unsigned*, unsigned*, long long)`;
+        // ctr has 4*count words, key 2*count, out 4*count; threads >= count return.
+        unsafe { l.launch(LaunchConfig::for_num_elems(count as u32)) }?;
+        let o = self.stream.clone_dtoh(&o_dev)?;
+        Ok(o.chunks_exact(4)
+            .map(|w| [w[0], w[1], w[2], w[3]])
+            .collect())
+    }
+
+    /// The first `count` normals of the stream `(seed, outer, date, inner)` (for tests).
+    ///
+    /// # Errors
+    /// Driver errors.
+    pub fn normals(
+        &self,
+        outer: u32,
+        date: u32,
+        inner: u32,
+        count: usize,
+    ) -> Result<Vec<f64>, GpuError> {
+        if count == 0 {
+            return Ok(Vec::new());
+        }
+        let mut o_dev: CudaSlice<f64> = self.stream.clone_htod(&vec![f64::NAN; count])?;
+        let count_arg = count as i64;
+        let mut l = self.stream.launch_builder(&self.normals);
+        l.arg(&self.seed)
+            .arg(&outer)
+            .arg(&date)
+            .arg(&inner)
+            .arg(&mut o_dev)
+            .arg(&count_arg);
+        // SAFETY: `normal_draws(u64, u32, u32, u32, double*, long long)`; out holds
+        // `count` doubles and thread q writes only draws 4q..4q+3 below `count`.
+        unsafe { l.launch(LaunchConfig::for_num_elems(count.div_ceil(4) as u32)) }?;
+        Ok(self.stream.clone_dtoh(&o_dev)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Compiles the path module when libnvrtc is available (not on CI).
+    #[test]
+    fn paths_kernel_compiles_when_nvrtc_is_present() {
+        // SAFETY: only tries to dlopen libnvrtc.
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            return;
+        }
+        if let Err(e) = super::compile_cubin(&super::paths_source(), "paths.cu", "sm_90") {
+            panic!("{e}");
+        }
+    }
+}

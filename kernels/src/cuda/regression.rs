@@ -1,0 +1,539 @@
+//! Fused Longstaff–Schwartz regression build on the GPU (`cuda/regression.cu`).
+//!
+//! For each outer path `l` of a batch, one kernel forms
+//! `A_l = (1/c_l) Σ_m ψ(S_m) ψ(S_m)^T` (lower triangle, column-major `n x n`: the layout
+//! of [`crate::SymmetricBatch`]) and `b_l = (1/c_l) Σ_m ψ(S_m) y_m` over the inner paths
+//! `m` that enter the regression (payoff `> 0` when `itm_only`, else all of them), `c_l`
+//! their number, directly from the inner states at the exercise date and the discounted
+//! cash flows `y`. The design matrix `Ψ` is never written to global memory: chunks of
+//! paths are staged in shared memory, their basis values formed there, and every
+//! thread accumulates a `4 x 4` tile of the lower triangle of `[ψ; y][ψ; y]^T` in
+//! registers.
+//!
+//! Arithmetic: each entry is summed over the entering paths in increasing `m`, from
+//! zero, with one rounded product and one rounded add per path in the working
+//! precision `T`; `ψ` is evaluated in `f64` and rounded to `T`, as is `y`; the sums are
+//! scaled by `1/c_l` computed in `T`. This is the CPU engine's arithmetic, so the GPU
+//! sums equal it bitwise (unless [`RegressionConfig::fma`] is set). Outer paths with no
+//! entering path get `A = 0`, `b = 0`, count 0. The upper triangle of `A` is not
+//! written.
+
+use super::module::compile_cubin;
+use super::solver::GpuReal;
+use super::GpuError;
+use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
+use cudarc::driver::{
+    CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig, PushKernelArg,
+};
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+const REGRESSION_CU: &str = include_str!("../../cuda/regression.cu");
+
+/// What the option's payoff is written on.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GpuUnderlying {
+    /// `S^i`.
+    Asset(usize),
+    /// `Σ w_i S^i` over `(asset index, weight)`, summed in this order.
+    Basket(Vec<(usize, f64)>),
+    /// `max_i S^i` over the listed assets.
+    Max(Vec<usize>),
+}
+
+/// Call or put.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuOptionKind {
+    Call,
+    Put,
+}
+
+/// The payoff that decides which inner paths are in the money.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuPayoff {
+    pub underlying: GpuUnderlying,
+    pub kind: GpuOptionKind,
+    pub strike: f64,
+}
+
+impl GpuPayoff {
+    /// The payoff for the asset prices `s` (all assets), in the kernel's arithmetic.
+    pub fn value(&self, s: &[f64]) -> f64 {
+        let level = match &self.underlying {
+            GpuUnderlying::Asset(i) => s[*i],
+            GpuUnderlying::Basket(w) => w.iter().fold(0.0, |acc, &(i, wi)| acc + wi * s[i]),
+            GpuUnderlying::Max(v) => v.iter().fold(f64::NEG_INFINITY, |acc, &i| acc.max(s[i])),
+        };
+        match self.kind {
+            GpuOptionKind::Call => (level - self.strike).max(0.0),
+            GpuOptionKind::Put => (self.strike - level).max(0.0),
+        }
+    }
+
+    /// (kind code, asset indices, weights) as the kernel reads them.
+    fn tables(&self) -> (i32, Vec<i32>, Vec<f64>) {
+        match &self.underlying {
+            GpuUnderlying::Asset(i) => (0, vec![*i as i32], vec![1.0]),
+            GpuUnderlying::Basket(w) => (
+                1,
+                w.iter().map(|&(i, _)| i as i32).collect(),
+                w.iter().map(|&(_, x)| x).collect(),
+            ),
+            GpuUnderlying::Max(v) => (2, v.iter().map(|&i| i as i32).collect(), vec![0.0; v.len()]),
+        }
+    }
+
+    fn max_asset(&self) -> Option<usize> {
+        match &self.underlying {
+            GpuUnderlying::Asset(i) => Some(*i),
+            GpuUnderlying::Basket(w) => w.iter().map(|&(i, _)| i).max(),
+            GpuUnderlying::Max(v) => v.iter().copied().max(),
+        }
+    }
+}
+
+/// Regression basis: `ψ_0 = 1`, `ψ_t = ψ_{parent[t]} x_{var[t]}` with
+/// `x_k = S^{assets[k]} * inv_spot[k]` (the app's `BasisFunctions`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BasisTables {
+    /// Market asset index of each variable.
+    pub assets: Vec<usize>,
+    /// `1 / S_0` of each variable.
+    pub inv_spot: Vec<f64>,
+    pub parent: Vec<usize>,
+    pub var: Vec<usize>,
+}
+
+impl BasisTables {
+    /// The monomials of total degree `<= degree` in the variables `x_k = S^{assets[k]} /
+    /// S_0^{assets[k]}`, in graded order, each built once from its parent (degree 1:
+    /// the linear basis `1, x_1, ..., x_d`). Same tables as the app's basis.
+    pub fn monomials(degree: usize, assets: &[usize], spots: &[f64]) -> Self {
+        let d = assets.len();
+        let (mut parent, mut var, mut last) = (vec![0], vec![0], vec![0usize]);
+        let mut prev_start = 0;
+        for _ in 0..degree {
+            let prev_end = parent.len();
+            for t in prev_start..prev_end {
+                let from = if t == 0 { 0 } else { last[t] };
+                for v in from..d {
+                    parent.push(t);
+                    var.push(v);
+                    last.push(v);
+                }
+            }
+            prev_start = prev_end;
+        }
+        Self {
+            assets: assets.to_vec(),
+            inv_spot: assets.iter().map(|&i| 1.0 / spots[i]).collect(),
+            parent,
+            var,
+        }
+    }
+
+    /// Number of basis functions `n`.
+    pub fn len(&self) -> usize {
+        self.parent.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.parent.is_empty()
+    }
+
+    /// For each basis function, the (asset, 1/S_0) factors from the root, padded with
+    /// (-1, 0) to the longest chain `deg` (at least 1). Returns (assets, inv, deg).
+    fn chains(&self) -> (Vec<i32>, Vec<f64>, usize) {
+        let n = self.len();
+        let mut chains: Vec<Vec<usize>> = Vec::with_capacity(n);
+        for t in 0..n {
+            let mut c = Vec::new();
+            let mut u = t;
+            while u != 0 {
+                c.push(self.var[u]);
+                u = self.parent[u];
+            }
+            c.reverse();
+            chains.push(c);
+        }
+        let deg = chains.iter().map(Vec::len).max().unwrap_or(0).max(1);
+        let mut asset = vec![-1i32; n * deg];
+        let mut inv = vec![0.0; n * deg];
+        for (t, c) in chains.iter().enumerate() {
+            for (k, &v) in c.iter().enumerate() {
+                asset[t * deg + k] = self.assets[v] as i32;
+                inv[t * deg + k] = self.inv_spot[v];
+            }
+        }
+        (asset, inv, deg)
+    }
+}
+
+/// Everything that fixes one compiled regression kernel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RegressionSpec {
+    pub basis: BasisTables,
+    pub payoff: GpuPayoff,
+    /// Only in-the-money paths enter (else all).
+    pub itm_only: bool,
+    /// Assets per state `d`.
+    pub assets: usize,
+    /// Inner paths per outer path `m`.
+    pub inner_paths: usize,
+}
+
+/// Launch shape of the build kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegressionConfig {
+    /// Regressions per block (`None`: chosen to fill whole warps).
+    pub regressions_per_block: Option<usize>,
+    /// Inner paths staged per chunk.
+    pub paths_per_chunk: usize,
+    /// Fused multiply-adds in the accumulation (faster, no longer bitwise the CPU's).
+    pub fma: bool,
+}
+
+impl Default for RegressionConfig {
+    fn default() -> Self {
+        Self {
+            regressions_per_block: None,
+            paths_per_chunk: 16,
+            fma: false,
+        }
+    }
+}
+
+/// Geometry and resources of a compiled build kernel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RegressionLaunch {
+    pub n: usize,
+    pub regressions_per_block: usize,
+    pub paths_per_chunk: usize,
+    pub block_threads: u32,
+    pub shared_bytes: usize,
+    pub registers: i32,
+    pub local_bytes: i32,
+    pub blocks_per_sm: u32,
+    pub fma: bool,
+}
+
+/// Tiles of the lower triangle of the augmented `(n+1) x (n+1)` matrix.
+fn tiles(n: usize) -> usize {
+    let tb = (n + 1).div_ceil(4);
+    tb * (tb + 1) / 2
+}
+
+/// The CUDA source of the build kernel: the defines, then `cuda/regression.cu`.
+/// `g` regressions of `n` basis functions (longest chain `deg`) per block, `p` paths per
+/// chunk; the block has `ceil(g * tiles / 32) * 32` threads.
+pub fn regression_source(f64: bool, n: usize, deg: usize, g: usize, p: usize, fma: bool) -> String {
+    let threads = (g * tiles(n)).div_ceil(32) * 32;
+    format!(
+        "#define REAL_F64 {}\n#define N {n}\n#define DEG {deg}\n#define G {g}\n#define P {p}\n#define THREADS {threads}\n#define USE_FMA {}\n{}",
+        u32::from(f64),
+        u32::from(fma),
+        REGRESSION_CU
+    )
+}
+
+/// The build kernel for one basis, payoff and shape, compiled for one precision.
+#[derive(Debug)]
+pub struct GpuRegression<T: GpuReal> {
+    stream: Arc<CudaStream>,
+    function: CudaFunction,
+    spec: RegressionSpec,
+    launch: RegressionLaunch,
+    chain_asset: CudaSlice<i32>,
+    chain_inv: CudaSlice<f64>,
+    payoff_kind: i32,
+    under_asset: CudaSlice<i32>,
+    under_weight: CudaSlice<f64>,
+    under_len: i32,
+    _real: PhantomData<T>,
+}
+
+impl<T: GpuReal> GpuRegression<T> {
+    /// Compiles the kernel for `spec` on the stream's device and uploads its tables.
+    ///
+    /// # Errors
+    /// [`GpuError::Invalid`] for an empty basis, `n > 64`, asset indices `>= d` or a bad
+    /// shape; [`GpuError::SharedMemory`] if a block does not fit; compile and driver
+    /// errors.
+    pub fn new(
+        stream: &Arc<CudaStream>,
+        spec: &RegressionSpec,
+        config: RegressionConfig,
+    ) -> Result<Self, GpuError> {
+        let n = spec.basis.len();
+        let d = spec.assets;
+        if n == 0 || n > crate::MAX_N {
+            return Err(GpuError::Invalid(format!(
+                "basis size {n} outside 1..={}",
+                crate::MAX_N
+            )));
+        }
+        if spec.basis.assets.iter().any(|&a| a >= d)
+            || spec.payoff.max_asset().is_none_or(|a| a >= d)
+        {
+            return Err(GpuError::Invalid(format!(
+                "an asset index is outside 0..{d} (or none given)"
+            )));
+        }
+        let p = config.paths_per_chunk;
+        if !(1..=64).contains(&p) {
+            return Err(GpuError::Invalid(format!(
+                "paths per chunk {p} outside 1..=64"
+            )));
+        }
+        let nt = tiles(n);
+        let es = if T::IS_F64 { 8 } else { 4 };
+        let nep = (n + 1).div_ceil(4) * 4;
+        let (chain_asset, chain_inv, deg) = spec.basis.chains();
+        let (payoff_kind, ua, uw) = spec.payoff.tables();
+        let nu = ua.len();
+        let shared = |g: usize| {
+            g * p * nep * es
+                + (g * p * d + g * p + n * deg + nu) * 8
+                + (2 * g * p + 2 * g + n * deg + nu) * 4
+        };
+        let ctx = stream.context();
+        let optin = ctx
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?
+            .max(0) as usize;
+        let g = match config.regressions_per_block {
+            Some(g) => g,
+            None => {
+                // Whole warps busy: the best ratio of tile threads to block threads,
+                // blocks of at least 128 threads where possible, at most 512, fewer
+                // regressions on ties, within the shared-memory limit.
+                let mut best: Option<(bool, f64, usize)> = None;
+                for g in 1..=128usize {
+                    let threads = (g * nt).div_ceil(32) * 32;
+                    if threads > 512 || shared(g) > optin {
+                        break;
+                    }
+                    let key = (threads >= 128, (g * nt) as f64 / threads as f64);
+                    if best.is_none_or(|b| key.0 && !b.0 || key.0 == b.0 && key.1 > b.1 + 1e-9) {
+                        best = Some((key.0, key.1, g));
+                    }
+                }
+                best.map_or(1, |b| b.2)
+            }
+        };
+        let threads = (g * nt).div_ceil(32) * 32;
+        if g == 0 || threads > 1024 {
+            return Err(GpuError::Invalid(format!(
+                "{g} regressions of {nt} tiles per block"
+            )));
+        }
+        let smem = shared(g);
+        if smem > optin {
+            return Err(GpuError::SharedMemory {
+                kernel: format!("regression_build n={n} G={g} P={p}"),
+                needed: smem,
+                limit: optin,
+            });
+        }
+        let src = regression_source(T::IS_F64, n, deg, g, p, config.fma);
+        let (major, minor) = ctx.compute_capability()?;
+        let cubin = compile_cubin(&src, "regression.cu", &format!("sm_{major}{minor}"))?;
+        let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin))?;
+        let name = if T::IS_F64 {
+            "regression_build_f64"
+        } else {
+            "regression_build_f32"
+        };
+        let function = module.load_function(name)?;
+        if smem > 48 * 1024 {
+            function.set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                smem as i32,
+            )?;
+        }
+        let blocks_per_sm =
+            function.occupancy_max_active_blocks_per_multiprocessor(threads as u32, smem, None)?;
+        let launch = RegressionLaunch {
+            n,
+            regressions_per_block: g,
+            paths_per_chunk: p,
+            block_threads: threads as u32,
+            shared_bytes: smem,
+            registers: function.num_regs()?,
+            local_bytes: function.local_size_bytes()?,
+            blocks_per_sm,
+            fma: config.fma,
+        };
+        Ok(Self {
+            stream: stream.clone(),
+            function,
+            spec: spec.clone(),
+            launch,
+            chain_asset: stream.clone_htod(&chain_asset)?,
+            chain_inv: stream.clone_htod(&chain_inv)?,
+            payoff_kind,
+            under_asset: stream.clone_htod(&ua)?,
+            under_weight: stream.clone_htod(&uw)?,
+            under_len: nu as i32,
+            _real: PhantomData,
+        })
+    }
+
+    pub fn launch_info(&self) -> &RegressionLaunch {
+        &self.launch
+    }
+
+    pub fn spec(&self) -> &RegressionSpec {
+        &self.spec
+    }
+
+    /// Builds the `batch` regressions. Inputs: `states`, element `(l, mm, i)` at
+    /// `states[l * path_stride + mm * d + i]` (for inner paths stored as by
+    /// [`super::paths::GpuPaths::inner_paths`], the view starting at step `j - k - 1`
+    /// with `path_stride = steps * m * d`); `y`, the discounted cash flow of `(l, mm)` at
+    /// `y[l * m + mm]`. Outputs: `a` (`batch * n * n`, lower triangles), `b`
+    /// (`batch * n`), `counts` (`batch`, the number of entering paths).
+    ///
+    /// # Errors
+    /// [`GpuError::Invalid`] if a buffer is too short, driver errors.
+    #[allow(clippy::too_many_arguments)]
+    pub fn build(
+        &self,
+        states: &CudaView<f64>,
+        path_stride: usize,
+        y: &CudaView<f64>,
+        batch: usize,
+        a: &mut CudaViewMut<T>,
+        b: &mut CudaViewMut<T>,
+        counts: &mut CudaViewMut<u32>,
+    ) -> Result<(), GpuError> {
+        let (n, m, d) = (self.launch.n, self.spec.inner_paths, self.spec.assets);
+        if batch == 0 {
+            return Ok(());
+        }
+        let states_need = (batch - 1) * path_stride + m * d;
+        if states.len() < states_need
+            || y.len() < batch * m
+            || a.len() < batch * n * n
+            || b.len() < batch * n
+            || counts.len() < batch
+        {
+            return Err(GpuError::Invalid(format!(
+                "regression build of {batch}: states {} (need {states_need}), y {}, a {}, b {}, counts {}",
+                states.len(),
+                y.len(),
+                a.len(),
+                b.len(),
+                counts.len()
+            )));
+        }
+        let g = self.launch.regressions_per_block;
+        let grid = batch.div_ceil(g);
+        if grid > i32::MAX as usize || m > i32::MAX as usize {
+            return Err(GpuError::Invalid(format!(
+                "batch {batch} too large for one launch"
+            )));
+        }
+        let (stride_arg, batch_arg, m_arg, d_arg) =
+            (path_stride as i64, batch as i64, m as i32, d as i32);
+        let put = i32::from(self.spec.payoff.kind == GpuOptionKind::Put);
+        let itm = i32::from(self.spec.itm_only);
+        let strike = self.spec.payoff.strike;
+        let mut l = self.stream.launch_builder(&self.function);
+        l.arg(states)
+            .arg(&stride_arg)
+            .arg(y)
+            .arg(a)
+            .arg(b)
+            .arg(counts)
+            .arg(&batch_arg)
+            .arg(&m_arg)
+            .arg(&d_arg)
+            .arg(&self.chain_asset)
+            .arg(&self.chain_inv)
+            .arg(&self.payoff_kind)
+            .arg(&put)
+            .arg(&strike)
+            .arg(&self.under_asset)
+            .arg(&self.under_weight)
+            .arg(&self.under_len)
+            .arg(&itm);
+        let cfg = LaunchConfig {
+            grid_dim: (grid as u32, 1, 1),
+            block_dim: (self.launch.block_threads, 1, 1),
+            shared_mem_bytes: self.launch.shared_bytes as u32,
+        };
+        // SAFETY: the argument list matches `regression_build_{f32,f64}` in
+        // regression.cu, compiled for `T` (const double*, long long, const double*,
+        // real*, real*, unsigned*, long long, int, int, const int*, const double*, int,
+        // int, double, const int*, const double*, int, int). Every buffer was checked
+        // above to hold what the kernel indexes for `batch` regressions (states up to
+        // (batch-1)*path_stride + m*d, y batch*m, a batch*n*n, b batch*n, counts batch);
+        // the tables were uploaded with the lengths compiled in (N*DEG) or passed (nu);
+        // the block size and dynamic shared memory are the ones the kernel was compiled
+        // and sized for (THREADS, `shared`). Outputs are written only, inputs read only.
+        unsafe { l.launch(cfg) }?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn linear_and_quadratic_tables() {
+        let b = BasisTables::monomials(1, &[0, 2], &[2.0, 1.0, 4.0]);
+        assert_eq!(b.len(), 3);
+        let (asset, inv, deg) = b.chains();
+        assert_eq!(deg, 1);
+        assert_eq!(asset, vec![-1, 0, 2]);
+        assert_eq!(inv, vec![0.0, 0.5, 0.25]);
+        let q = BasisTables::monomials(2, &[0, 1], &[1.0, 1.0]);
+        // 1, x0, x1, x0^2, x0 x1, x1^2
+        let (asset, _, deg) = q.chains();
+        assert_eq!(deg, 2);
+        assert_eq!(asset, vec![-1, -1, 0, -1, 1, -1, 0, 0, 0, 1, 1, 1]);
+        assert_eq!(tiles(30), 36);
+        assert_eq!(tiles(3), 1);
+    }
+
+    #[test]
+    fn payoffs() {
+        let s = [1.0, 3.0, 2.0];
+        let put = |u| GpuPayoff {
+            underlying: u,
+            kind: GpuOptionKind::Put,
+            strike: 2.5,
+        };
+        assert_eq!(put(GpuUnderlying::Asset(0)).value(&s), 1.5);
+        assert_eq!(put(GpuUnderlying::Max(vec![0, 2])).value(&s), 0.5);
+        assert_eq!(
+            put(GpuUnderlying::Basket(vec![(1, 0.5), (2, 0.25)])).value(&s),
+            0.5
+        );
+    }
+
+    /// Compiles the kernel for a few shapes when libnvrtc is available (not on CI).
+    #[test]
+    fn regression_kernel_compiles_when_nvrtc_is_present() {
+        // SAFETY: only tries to dlopen libnvrtc.
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            return;
+        }
+        for (n, deg, g, p) in [
+            (30, 1, 8, 16),
+            (10, 2, 32, 16),
+            (64, 1, 1, 32),
+            (1, 1, 4, 8),
+        ] {
+            for f64 in [false, true] {
+                for fma in [false, true] {
+                    let src = regression_source(f64, n, deg, g, p, fma);
+                    if let Err(e) = compile_cubin(&src, "regression.cu", "sm_90") {
+                        panic!("{e}");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,631 @@
+//! GPU path generation and the fused regression build against small, independent CPU
+//! re-implementations of the engine's arithmetic (Philox4x32-10, Box–Muller, the exact
+//! GBM step, the regression sums as `src/engine.rs` forms them).
+//!
+//! The GPU tests are `#[ignore = "needs a CUDA GPU"]`: CI has no GPU and reports them
+//! as ignored. On the GPU machine run the test binary with `--include-ignored
+//! --nocapture` (the measured differences are printed). Outputs are poisoned (NaN,
+//! 0xffffffff) before each kernel so unwritten entries show.
+
+use cudarc::driver::{CudaSlice, CudaStream};
+use cva_kernels::cuda::paths::{GpuPaths, MarketSteps, OUTER_STREAM};
+use cva_kernels::cuda::regression::{
+    BasisTables, GpuOptionKind, GpuPayoff, GpuRegression, GpuUnderlying, RegressionConfig,
+    RegressionSpec,
+};
+use cva_kernels::cuda::{probe, GpuReal};
+use cva_kernels::families::SplitMix64;
+use std::sync::Arc;
+
+// ---- CPU reference (independent of the crate; the math of src/rng.rs and src/model.rs)
+
+fn philox(counter: [u32; 4], key: [u32; 2]) -> [u32; 4] {
+    let (mut c, mut k) = (counter, key);
+    for round in 0..10 {
+        if round > 0 {
+            k[0] = k[0].wrapping_add(0x9E37_79B9);
+            k[1] = k[1].wrapping_add(0xBB67_AE85);
+        }
+        let p0 = 0xD251_1F53u64 * c[0] as u64;
+        let p1 = 0xCD9E_8D57u64 * c[2] as u64;
+        c = [
+            (p1 >> 32) as u32 ^ c[1] ^ k[0],
+            p1 as u32,
+            (p0 >> 32) as u32 ^ c[3] ^ k[1],
+            p0 as u32,
+        ];
+    }
+    c
+}
+
+fn uniform(u: u32) -> f64 {
+    (u as f64 + 0.5) * (1.0 / 4_294_967_296.0)
+}
+
+/// The first `count` normals of stream (seed, outer, date, inner).
+fn cpu_normals(seed: u64, outer: u32, date: u32, inner: u32, count: usize) -> Vec<f64> {
+    let key = [seed as u32, (seed >> 32) as u32];
+    let mut z = Vec::with_capacity(count + 4);
+    let mut block = 0u32;
+    while z.len() < count {
+        let r = philox([block, inner, date, outer], key);
+        for pair in [(r[0], r[1]), (r[2], r[3])] {
+            let rad = (-2.0 * uniform(pair.0).ln()).sqrt();
+            let (s, c) = (std::f64::consts::TAU * uniform(pair.1)).sin_cos();
+            z.push(rad * c);
+            z.push(rad * s);
+        }
+        block += 1;
+    }
+    z.truncate(count);
+    z
+}
+
+struct Market {
+    d: usize,
+    spots: Vec<f64>,
+    drift: Vec<f64>,
+    vol: Vec<f64>,
+    factor: Option<Vec<f64>>,
+}
+
+impl Market {
+    /// `d` assets, dt = 0.25; correlated (`ρ_ij = 0.7^|i-j|`, positive definite;
+    /// Cholesky factor) or independent.
+    fn new(d: usize, correlated: bool, seed: u64) -> Self {
+        let mut rng = SplitMix64::new(seed);
+        let dt: f64 = 0.25;
+        let (mut spots, mut drift, mut vol) = (vec![], vec![], vec![]);
+        for _ in 0..d {
+            let sigma = 0.1 + 0.3 * rng.uniform();
+            let q = 0.03 * rng.uniform();
+            spots.push(50.0 + 100.0 * rng.uniform());
+            drift.push((0.02 - q - 0.5 * sigma * sigma) * dt);
+            vol.push(sigma * dt.sqrt());
+        }
+        let factor = correlated.then(|| {
+            let mut c = vec![0.0; d * d];
+            for i in 0..d {
+                for j in 0..d {
+                    c[i * d + j] = 0.7f64.powi((i as i32 - j as i32).abs());
+                }
+            }
+            // Cholesky, row-major lower triangular.
+            let mut l = vec![0.0; d * d];
+            for j in 0..d {
+                let mut diag = c[j * d + j];
+                for k in 0..j {
+                    diag -= l[j * d + k] * l[j * d + k];
+                }
+                let ljj = diag.sqrt();
+                l[j * d + j] = ljj;
+                for i in j + 1..d {
+                    let mut s = c[i * d + j];
+                    for k in 0..j {
+                        s -= l[i * d + k] * l[j * d + k];
+                    }
+                    l[i * d + j] = s / ljj;
+                }
+            }
+            l
+        });
+        Self {
+            d,
+            spots,
+            drift,
+            vol,
+            factor,
+        }
+    }
+
+    fn steps(&self) -> MarketSteps<'_> {
+        MarketSteps {
+            spots: &self.spots,
+            drift: &self.drift,
+            vol: &self.vol,
+            factor: self.factor.as_deref(),
+        }
+    }
+
+    /// The engine's step: `s_i *= exp(drift_i + vol_i * (C z)_i)`.
+    fn step(&self, s: &mut [f64], z: &[f64]) {
+        let d = self.d;
+        let w: Vec<f64> = match &self.factor {
+            None => z.to_vec(),
+            Some(c) => (0..d)
+                .map(|i| {
+                    let mut acc = 0.0;
+                    for k in 0..=i {
+                        acc += c[i * d + k] * z[k];
+                    }
+                    acc
+                })
+                .collect(),
+        };
+        for i in 0..d {
+            s[i] *= (self.drift[i] + self.vol[i] * w[i]).exp();
+        }
+    }
+
+    /// A path of `steps` steps from `start` with stream (seed, outer, date, inner); the
+    /// states after each step.
+    #[allow(clippy::too_many_arguments)]
+    fn path(
+        &self,
+        seed: u64,
+        outer: u32,
+        date: u32,
+        inner: u32,
+        start: &[f64],
+        steps: usize,
+    ) -> Vec<f64> {
+        let d = self.d;
+        let z = cpu_normals(seed, outer, date, inner, steps * d);
+        let mut s = start.to_vec();
+        let mut out = Vec::with_capacity(steps * d);
+        for k in 0..steps {
+            self.step(&mut s, &z[k * d..(k + 1) * d]);
+            out.extend_from_slice(&s);
+        }
+        out
+    }
+}
+
+/// Largest |a - b| / |b| and largest distance in units in the last place.
+fn compare(gpu: &[f64], cpu: &[f64]) -> (f64, u64) {
+    assert_eq!(gpu.len(), cpu.len());
+    let mut rel = 0.0f64;
+    let mut ulps = 0u64;
+    for (&g, &c) in gpu.iter().zip(cpu) {
+        assert!(
+            g.is_finite(),
+            "unwritten or non-finite GPU value {g} (CPU {c})"
+        );
+        if g != c {
+            rel = rel.max((g - c).abs() / c.abs());
+            ulps = ulps.max((g.to_bits() as i64 - c.to_bits() as i64).unsigned_abs());
+        }
+    }
+    (rel, ulps)
+}
+
+fn stream() -> Option<Arc<CudaStream>> {
+    match probe() {
+        Ok(_) => {
+            let ctx = cudarc::driver::CudaContext::new(0).expect("CUDA context");
+            Some(ctx.default_stream())
+        }
+        Err(e) => {
+            eprintln!("skipping: {e}");
+            None
+        }
+    }
+}
+
+#[test]
+fn cpu_reference_passes_known_answers() {
+    assert_eq!(
+        philox([0; 4], [0; 2]),
+        [0x6627_e8d5, 0xe169_c58d, 0xbc57_ac4c, 0x9b00_dbd8]
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn philox_known_answers_and_random_blocks_on_device() {
+    let Some(stream) = stream() else { return };
+    let market = Market::new(2, false, 1);
+    let gen = GpuPaths::new(&stream, &market.steps(), 0).unwrap();
+    let mut ctr = vec![
+        [0, 0, 0, 0],
+        [u32::MAX; 4],
+        [0x243f_6a88, 0x85a3_08d3, 0x1319_8a2e, 0x0370_7344],
+    ];
+    let mut key = vec![[0, 0], [u32::MAX; 2], [0xa409_3822, 0x299f_31d0]];
+    let expected = [
+        [0x6627_e8d5, 0xe169_c58d, 0xbc57_ac4c, 0x9b00_dbd8],
+        [0x408f_276d, 0x41c8_3b0e, 0xa20b_c7c6, 0x6d54_51fd],
+        [0xd16c_fe09, 0x94fd_cceb, 0x5001_e420, 0x2412_6ea1],
+    ];
+    let mut rng = SplitMix64::new(42);
+    for _ in 0..100_000 {
+        let a = rng.next_u64();
+        let b = rng.next_u64();
+        let c = rng.next_u64();
+        ctr.push([a as u32, (a >> 32) as u32, b as u32, (b >> 32) as u32]);
+        key.push([c as u32, (c >> 32) as u32]);
+    }
+    let out = gen.philox_blocks(&ctr, &key).unwrap();
+    for (q, e) in expected.iter().enumerate() {
+        assert_eq!(&out[q], e, "known-answer vector {q}");
+    }
+    let mismatches = (0..ctr.len())
+        .filter(|&q| out[q] != philox(ctr[q], key[q]))
+        .count();
+    println!(
+        "philox: 3 known-answer vectors and {} random blocks, {} mismatches",
+        ctr.len() - 3,
+        mismatches
+    );
+    assert_eq!(mismatches, 0);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn normals_match_cpu_within_ulps() {
+    let Some(stream) = stream() else { return };
+    let market = Market::new(2, false, 1);
+    let seed = 0x0123_4567_89ab_cdef;
+    let gen = GpuPaths::new(&stream, &market.steps(), seed).unwrap();
+    let (mut rel, mut ulps, mut equal, mut total) = (0.0f64, 0u64, 0usize, 0usize);
+    for (outer, date, inner, count) in [
+        (0, 0, OUTER_STREAM, 1_000_001),
+        (17, 3, 0, 4097),
+        (u32::MAX - 1, 40, 299, 100_003),
+    ] {
+        let g = gen.normals(outer, date, inner, count).unwrap();
+        let c = cpu_normals(seed, outer, date, inner, count);
+        let (r, u) = compare(&g, &c);
+        rel = rel.max(r);
+        ulps = ulps.max(u);
+        equal += g.iter().zip(&c).filter(|(a, b)| a == b).count();
+        total += count;
+    }
+    println!(
+        "normals: {total} draws, {equal} bitwise equal ({:.4}%), max relative difference {rel:.3e}, max {ulps} ulp",
+        100.0 * equal as f64 / total as f64
+    );
+    assert!(ulps <= 16, "normals differ by {ulps} ulp");
+}
+
+fn check_paths(correlated: bool, d: usize) {
+    let Some(stream) = stream() else { return };
+    let market = Market::new(d, correlated, 7 + d as u64);
+    let seed = 0xfeed_beef_0000_0001u64 ^ d as u64;
+    let gen = GpuPaths::new(&stream, &market.steps(), seed).unwrap();
+    let (paths, steps, first) = (777usize, 12usize, 1000u32);
+    let mut outer: CudaSlice<f64> = stream
+        .clone_htod(&vec![f64::NAN; paths * (steps + 1) * d])
+        .unwrap();
+    gen.outer_paths(first, paths, steps, &mut outer.slice_mut(..))
+        .unwrap();
+    let outer_host = stream.clone_dtoh(&outer).unwrap();
+    let mut cpu = Vec::with_capacity(outer_host.len());
+    for l in 0..paths {
+        cpu.extend_from_slice(&market.spots);
+        cpu.extend(market.path(
+            seed,
+            first + l as u32,
+            0,
+            OUTER_STREAM,
+            &market.spots,
+            steps,
+        ));
+    }
+    let (rel_o, ulps_o) = compare(&outer_host, &cpu);
+
+    // Inner paths from the GPU's outer states at date k (the same starts for the CPU).
+    let (k, inner, isteps) = (3usize, 37usize, 5usize);
+    let mut out: CudaSlice<f64> = stream
+        .clone_htod(&vec![f64::NAN; paths * isteps * inner * d])
+        .unwrap();
+    gen.inner_paths(
+        first,
+        k as u32,
+        &outer.slice(k * d..),
+        (steps + 1) * d,
+        paths,
+        inner,
+        isteps,
+        &mut out.slice_mut(..),
+    )
+    .unwrap();
+    let inner_host = stream.clone_dtoh(&out).unwrap();
+    let mut cpu_inner = vec![0.0; inner_host.len()];
+    for l in 0..paths {
+        let start = &outer_host[(l * (steps + 1) + k) * d..][..d];
+        for mm in 0..inner {
+            let p = market.path(seed, first + l as u32, k as u32, mm as u32, start, isteps);
+            for s in 0..isteps {
+                cpu_inner[((l * isteps + s) * inner + mm) * d..][..d]
+                    .copy_from_slice(&p[s * d..(s + 1) * d]);
+            }
+        }
+    }
+    let (rel_i, ulps_i) = compare(&inner_host, &cpu_inner);
+    let eq_o = outer_host.iter().zip(&cpu).filter(|(a, b)| a == b).count();
+    let eq_i = inner_host
+        .iter()
+        .zip(&cpu_inner)
+        .filter(|(a, b)| a == b)
+        .count();
+    println!(
+        "paths d={d} {}: outer {paths}x{steps} steps: {:.2}% bitwise, max rel {rel_o:.3e} ({ulps_o} ulp); inner {paths}x{inner}x{isteps} from date {k}: {:.2}% bitwise, max rel {rel_i:.3e} ({ulps_i} ulp)",
+        if correlated { "correlated" } else { "independent" },
+        100.0 * eq_o as f64 / cpu.len() as f64,
+        100.0 * eq_i as f64 / cpu_inner.len() as f64,
+    );
+    assert!(
+        rel_o < 1e-12 && rel_i < 1e-12,
+        "paths differ: {rel_o:e} {rel_i:e}"
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correlated_paths_match_cpu() {
+    check_paths(true, 5);
+    check_paths(true, 29);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn independent_paths_match_cpu() {
+    check_paths(false, 3);
+}
+
+// ---- Regression build
+
+/// The engine's sums (src/engine.rs): entering paths in order, ψ in f64 rounded to T.
+#[allow(clippy::too_many_arguments)]
+fn cpu_regression<T: GpuReal>(
+    spec: &RegressionSpec,
+    states: &[f64],
+    path_stride: usize,
+    y: &[f64],
+    batch: usize,
+) -> (Vec<T>, Vec<T>, Vec<u32>) {
+    let (m, d, n) = (spec.inner_paths, spec.assets, spec.basis.len());
+    let basis = &spec.basis;
+    let mut a = vec![T::ZERO; batch * n * n];
+    let mut b = vec![T::ZERO; batch * n];
+    let mut counts = vec![0u32; batch];
+    let mut x = vec![0.0; basis.assets.len()];
+    let mut psi = vec![0.0; n];
+    for l in 0..batch {
+        let (am, bm) = (
+            &mut a[l * n * n..(l + 1) * n * n],
+            &mut b[l * n..(l + 1) * n],
+        );
+        for mm in 0..m {
+            let s = &states[l * path_stride + mm * d..][..d];
+            if spec.itm_only && spec.payoff.value(s) <= 0.0 {
+                continue;
+            }
+            counts[l] += 1;
+            for (k, &i) in basis.assets.iter().enumerate() {
+                x[k] = s[i] * basis.inv_spot[k];
+            }
+            psi[0] = 1.0;
+            for t in 1..n {
+                psi[t] = psi[basis.parent[t]] * x[basis.var[t]];
+            }
+            let psi_t: Vec<T> = psi.iter().map(|&v| T::from_f64(v)).collect();
+            let yt = T::from_f64(y[l * m + mm]);
+            for col in 0..n {
+                let pc = psi_t[col];
+                bm[col] += pc * yt;
+                for row in col..n {
+                    am[col * n + row] += psi_t[row] * pc;
+                }
+            }
+        }
+        if counts[l] > 0 {
+            let inv = T::ONE / T::from_usize(counts[l] as usize);
+            for col in 0..n {
+                bm[col] *= inv;
+                for row in col..n {
+                    am[col * n + row] *= inv;
+                }
+            }
+        }
+    }
+    (a, b, counts)
+}
+
+/// Runs one regression case on random lognormal states stored with 3 steps per outer
+/// path (the build reads step 1); returns (bitwise-equal entries, entries, max error
+/// relative to the largest |entry| of each system).
+fn regression_case<T: GpuReal>(
+    stream: &Arc<CudaStream>,
+    spec: &RegressionSpec,
+    batch: usize,
+    seed: u64,
+    config: RegressionConfig,
+) -> (usize, usize, f64) {
+    let (m, d, n) = (spec.inner_paths, spec.assets, spec.basis.len());
+    let steps = 3;
+    let path_stride = steps * m * d;
+    let mut rng = SplitMix64::new(seed);
+    let mut normal = || {
+        let (u1, u2) = (rng.uniform().max(1e-300), rng.uniform());
+        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+    };
+    let spots: Vec<f64> = (0..d).map(|i| 80.0 + i as f64).collect();
+    let states: Vec<f64> = (0..batch * path_stride)
+        .map(|e| spots[e % d] * (0.25 * normal()).exp())
+        .collect();
+    let y: Vec<f64> = (0..batch * m).map(|_| normal().abs() * 5.0).collect();
+    // Outer path 1 has no entering path when itm_only (its states are far out of the money).
+    let mut states = states;
+    if batch > 1 && spec.itm_only {
+        let far = match spec.payoff.kind {
+            GpuOptionKind::Put => 1e6,
+            GpuOptionKind::Call => 1e-6,
+        };
+        for e in 0..path_stride {
+            states[path_stride + e] = far;
+        }
+    }
+    let offset = m * d; // step 1
+    let (a_ref, b_ref, c_ref) =
+        cpu_regression::<T>(spec, &states[offset..], path_stride, &y, batch);
+
+    let kernel = GpuRegression::<T>::new(stream, spec, config).unwrap();
+    let states_dev = stream.clone_htod(&states).unwrap();
+    let y_dev = stream.clone_htod(&y).unwrap();
+    let mut a_dev: CudaSlice<T> = stream.clone_htod(&vec![T::NAN; batch * n * n]).unwrap();
+    let mut b_dev: CudaSlice<T> = stream.clone_htod(&vec![T::NAN; batch * n]).unwrap();
+    let mut c_dev: CudaSlice<u32> = stream.clone_htod(&vec![u32::MAX; batch]).unwrap();
+    kernel
+        .build(
+            &states_dev.slice(offset..),
+            path_stride,
+            &y_dev.slice(..),
+            batch,
+            &mut a_dev.slice_mut(..),
+            &mut b_dev.slice_mut(..),
+            &mut c_dev.slice_mut(..),
+        )
+        .unwrap();
+    let a = stream.clone_dtoh(&a_dev).unwrap();
+    let b = stream.clone_dtoh(&b_dev).unwrap();
+    let c = stream.clone_dtoh(&c_dev).unwrap();
+    assert_eq!(c, c_ref, "counts");
+    if batch > 1 && spec.itm_only {
+        assert_eq!(c[1], 0);
+    }
+    let (mut equal, mut total, mut err) = (0usize, 0usize, 0.0f64);
+    for l in 0..batch {
+        let mut scale = 0.0f64;
+        let mut pairs = Vec::new();
+        for col in 0..n {
+            for row in 0..n {
+                let e = l * n * n + col * n + row;
+                if row < col {
+                    assert!(
+                        a[e].is_nan(),
+                        "upper triangle written at ({row},{col}) of {l}"
+                    );
+                    continue;
+                }
+                pairs.push((a[e].to_f64(), a_ref[e].to_f64()));
+            }
+            pairs.push((b[l * n + col].to_f64(), b_ref[l * n + col].to_f64()));
+        }
+        for &(g, r) in &pairs {
+            assert!(!g.is_nan(), "unwritten entry in system {l}");
+            scale = scale.max(r.abs());
+        }
+        for &(g, r) in &pairs {
+            total += 1;
+            if g.to_bits() == r.to_bits() || g == r {
+                equal += 1;
+            } else if scale > 0.0 {
+                err = err.max((g - r).abs() / scale);
+            }
+        }
+    }
+    (equal, total, err)
+}
+
+fn regression_cases() -> Vec<(&'static str, RegressionSpec, usize)> {
+    let d = 29;
+    let spots: Vec<f64> = (0..d).map(|i| 80.0 + i as f64).collect();
+    let all: Vec<usize> = (0..d).collect();
+    let basket = GpuUnderlying::Basket(all.iter().map(|&i| (i, 1.0 / d as f64)).collect());
+    let basket_level: f64 = spots.iter().sum::<f64>() / d as f64;
+    vec![
+        (
+            "basket29 put, linear n=30, m=300, itm",
+            RegressionSpec {
+                basis: BasisTables::monomials(1, &all, &spots),
+                payoff: GpuPayoff {
+                    underlying: basket,
+                    kind: GpuOptionKind::Put,
+                    strike: basket_level,
+                },
+                itm_only: true,
+                assets: d,
+                inner_paths: 300,
+            },
+            67,
+        ),
+        (
+            "max call of 3 of 5, quadratic n=10, m=77, itm",
+            RegressionSpec {
+                basis: BasisTables::monomials(2, &[1, 3, 4], &spots[..5]),
+                payoff: GpuPayoff {
+                    underlying: GpuUnderlying::Max(vec![1, 3, 4]),
+                    kind: GpuOptionKind::Call,
+                    strike: 90.0,
+                },
+                itm_only: true,
+                assets: 5,
+                inner_paths: 77,
+            },
+            45,
+        ),
+        (
+            "put on asset 2 of 4, cubic in 2 assets n=10, m=50, all paths",
+            RegressionSpec {
+                basis: BasisTables::monomials(3, &[0, 2], &spots[..4]),
+                payoff: GpuPayoff {
+                    underlying: GpuUnderlying::Asset(2),
+                    kind: GpuOptionKind::Put,
+                    strike: 82.0,
+                },
+                itm_only: false,
+                assets: 4,
+                inner_paths: 50,
+            },
+            33,
+        ),
+        (
+            "call on asset 0 of 1, linear n=2, m=16, itm",
+            RegressionSpec {
+                basis: BasisTables::monomials(1, &[0], &spots[..1]),
+                payoff: GpuPayoff {
+                    underlying: GpuUnderlying::Asset(0),
+                    kind: GpuOptionKind::Call,
+                    strike: 80.0,
+                },
+                itm_only: true,
+                assets: 1,
+                inner_paths: 16,
+            },
+            100,
+        ),
+    ]
+}
+
+fn regression_matches_cpu<T: GpuReal>(tol: f64) {
+    let Some(stream) = stream() else { return };
+    let mut failures = Vec::new();
+    for (i, (name, spec, batch)) in regression_cases().into_iter().enumerate() {
+        for fma in [false, true] {
+            let config = RegressionConfig {
+                fma,
+                ..Default::default()
+            };
+            let (equal, total, err) =
+                regression_case::<T>(&stream, &spec, batch, 100 + i as u64, config);
+            println!(
+                "regression {} {name}{}: {equal} of {total} entries bitwise equal to the CPU, max error {err:.3e} (relative to max |entry|)",
+                T::NAME,
+                if fma { " [fma]" } else { "" }
+            );
+            if err > tol {
+                failures.push(format!("{name}: error {err:e} above {tol:e}"));
+            }
+            if !fma && equal != total {
+                failures.push(format!(
+                    "{name}: {equal} of {total} bitwise equal to the CPU sums"
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn regression_build_matches_cpu_f64() {
+    regression_matches_cpu::<f64>(1e-13);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn regression_build_matches_cpu_f32() {
+    regression_matches_cpu::<f32>(1e-4);
+}
