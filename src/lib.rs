@@ -9,6 +9,7 @@ pub mod basis;
 pub mod bench;
 pub mod engine;
 pub mod exposure;
+pub mod gpu_engine;
 pub mod model;
 pub mod report;
 pub mod rng;

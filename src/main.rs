@@ -109,16 +109,17 @@ fn run(args: RunArgs) -> Result<()> {
         set.push(format!("simulation.backend={b}"));
     }
     let scenario = Scenario::load(&args.scenario, &set)?;
-    let (_backend, note) = cva::run::resolve_backend(scenario.simulation.backend)?;
     let show = !args.quiet;
-    if let (Some(note), true) = (&note, show) {
-        eprintln!("{note}");
-    }
     let bars = Bars::new(
         scenario.simulation.outer_paths,
         show && std::io::stderr().is_terminal(),
     );
-    let out = cva::run::run(&scenario, args.threads, &bars)?;
+    let note = |line: &str| {
+        if show {
+            bars.paths.suspend(|| eprintln!("{line}"));
+        }
+    };
+    let out = cva::run::run_with(&scenario, args.threads, &bars, &note)?;
     bars.paths.finish_and_clear();
     bars.dates.finish_and_clear();
     let written = if args.no_report {

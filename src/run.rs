@@ -2,9 +2,10 @@
 
 use crate::engine::{self, NestedSimulation, Progress};
 use crate::exposure::{self, CvaEstimate};
+use crate::gpu_engine::GpuEngine;
 use crate::report::{self, ReportFile, Summary};
 use crate::scenario::{Backend, Precision, Scenario};
-use anyhow::{bail, Result};
+use anyhow::{anyhow, bail, Result};
 use cva_kernels::Method;
 use std::path::Path;
 use std::time::Instant;
@@ -13,25 +14,66 @@ use std::time::Instant;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ResolvedBackend {
     Cpu,
+    Gpu,
 }
 
-/// Chooses the backend for `requested`. The GPU engine of `cva run` is not part of this
-/// version: `auto` runs on the CPU (and says why in `note`), `gpu` is an error.
+/// Chooses the backend for `requested` by probing for a CUDA device (no context is
+/// created): `cpu` is the CPU; `gpu` is the GPU, or an error without one; `auto` is
+/// the GPU when one is present, else the CPU with a one-line `note` saying why.
+/// [`run_with`] also falls back from `auto` to the CPU when the GPU fails to start.
 ///
 /// # Errors
-/// If `gpu` is requested.
+/// If `gpu` is requested and no usable device is found.
 pub fn resolve_backend(requested: Backend) -> Result<(ResolvedBackend, Option<String>)> {
     match requested {
         Backend::Cpu => Ok((ResolvedBackend::Cpu, None)),
-        Backend::Auto => Ok((
-            ResolvedBackend::Cpu,
-            Some(
-                "backend auto: running on the CPU (this version has no GPU engine for `cva run`)"
-                    .into(),
-            ),
-        )),
-        Backend::Gpu => {
-            bail!("backend gpu: this version of `cva run` has no GPU engine yet; use --backend cpu")
+        Backend::Auto => match cva_kernels::cuda::probe() {
+            Ok(_) => Ok((ResolvedBackend::Gpu, None)),
+            Err(e) => Ok((
+                ResolvedBackend::Cpu,
+                Some(format!("backend auto: running on the CPU ({e})")),
+            )),
+        },
+        Backend::Gpu => match cva_kernels::cuda::probe() {
+            Ok(_) => Ok((ResolvedBackend::Gpu, None)),
+            Err(e) => bail!("backend gpu: not available: {e}; use --backend cpu or auto"),
+        },
+    }
+}
+
+/// The GPU engine after start-up, in the scenario's precision.
+enum StartedGpu {
+    F64(GpuEngine<f64>),
+    F32(GpuEngine<f32>),
+}
+
+impl StartedGpu {
+    fn start(scenario: &Scenario) -> Result<Self, cva_kernels::cuda::GpuError> {
+        Ok(match scenario.simulation.precision {
+            Precision::F64 => Self::F64(GpuEngine::new(scenario)?),
+            Precision::F32 => Self::F32(GpuEngine::new(scenario)?),
+        })
+    }
+    fn name(&self) -> String {
+        match self {
+            Self::F64(e) => e.device_name().to_string(),
+            Self::F32(e) => e.device_name().to_string(),
+        }
+    }
+    fn startup_seconds(&self) -> f64 {
+        match self {
+            Self::F64(e) => e.startup_time().as_secs_f64(),
+            Self::F32(e) => e.startup_time().as_secs_f64(),
+        }
+    }
+    fn simulate(
+        &self,
+        scenario: &Scenario,
+        progress: &dyn Progress,
+    ) -> Result<NestedSimulation, cva_kernels::cuda::GpuError> {
+        match self {
+            Self::F64(e) => e.simulate(scenario, progress),
+            Self::F32(e) => e.simulate(scenario, progress),
         }
     }
 }
@@ -43,20 +85,80 @@ pub struct RunOutput {
     pub simulation: NestedSimulation,
 }
 
-/// Simulates `scenario` on the CPU with `threads` rayon threads (0: all cores).
+/// Simulates `scenario` on its backend (`simulation.backend`), the CPU with `threads`
+/// rayon threads (0: all cores); no messages.
 ///
 /// # Errors
-/// If the thread pool cannot be built.
+/// As [`run_with`].
 pub fn run(scenario: &Scenario, threads: usize, progress: &dyn Progress) -> Result<RunOutput> {
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()?;
-    let threads = pool.current_num_threads();
-    let start = Instant::now();
-    let simulation = pool.install(|| match scenario.simulation.precision {
-        Precision::F64 => engine::simulate::<f64>(scenario, progress, None),
-        Precision::F32 => engine::simulate::<f32>(scenario, progress, None),
-    });
+    run_with(scenario, threads, progress, &|_| {})
+}
+
+/// Simulates `scenario` on its backend: `cpu` with `threads` rayon threads (0: all
+/// cores); `gpu` on CUDA device 0; `auto` on the GPU when one is present and starts
+/// (context, NVRTC compiles), else on the CPU. `note` receives one-line messages for
+/// the terminal: which GPU runs, or why `auto` fell back to the CPU.
+///
+/// # Errors
+/// If the thread pool cannot be built; with `gpu`, if there is no usable GPU or it
+/// fails to start; on the GPU, any kernel or driver error during the run.
+pub fn run_with(
+    scenario: &Scenario,
+    threads: usize,
+    progress: &dyn Progress,
+    note: &dyn Fn(&str),
+) -> Result<RunOutput> {
+    let requested = scenario.simulation.backend;
+    let (resolved, why) = resolve_backend(requested)?;
+    if let Some(why) = why {
+        note(&why);
+    }
+    let gpu = match resolved {
+        ResolvedBackend::Cpu => None,
+        ResolvedBackend::Gpu => match StartedGpu::start(scenario) {
+            Ok(g) => {
+                let label = if requested == Backend::Auto {
+                    "backend auto"
+                } else {
+                    "backend gpu"
+                };
+                note(&format!(
+                    "{label}: GPU {} (start-up {:.2} s: context, NVRTC compiles)",
+                    g.name(),
+                    g.startup_seconds()
+                ));
+                Some(g)
+            }
+            Err(e) if requested == Backend::Auto => {
+                note(&format!(
+                    "backend auto: the GPU failed to start, running on the CPU: {e}"
+                ));
+                None
+            }
+            Err(e) => bail!("backend gpu: the GPU failed to start: {e}"),
+        },
+    };
+    let (simulation, threads, backend, device, start) = match &gpu {
+        Some(g) => {
+            let start = Instant::now();
+            let simulation = g
+                .simulate(scenario, progress)
+                .map_err(|e| anyhow!("GPU engine failed during the run: {e}"))?;
+            (simulation, 1, "gpu", g.name(), start)
+        }
+        None => {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()?;
+            let threads = pool.current_num_threads();
+            let start = Instant::now();
+            let simulation = pool.install(|| match scenario.simulation.precision {
+                Precision::F64 => engine::simulate::<f64>(scenario, progress, None),
+                Precision::F32 => engine::simulate::<f32>(scenario, progress, None),
+            });
+            (simulation, threads, "cpu", "cpu".to_string(), start)
+        }
+    };
     let estimate = exposure::estimate(scenario, &simulation.netted_values, simulation.outer_paths);
     let wall = start.elapsed().as_secs_f64();
     let mut total = cva_kernels::BatchSummary::default();
@@ -84,8 +186,8 @@ pub fn run(scenario: &Scenario, threads: usize, progress: &dyn Progress) -> Resu
         basis: sim.basis.describe(),
         precision: sim.precision.name().into(),
         strategy: sim.strategy.name().into(),
-        backend: "cpu".into(),
-        device: "cpu".into(),
+        backend: backend.into(),
+        device,
         threads,
         seed: sim.seed,
         wall_seconds: wall,

@@ -4,8 +4,11 @@
 // with one atomicAdd per system (order within a list is arbitrary: every system is
 // independent).
 //
-// Level 0 runs the L D L^T kernel of ldlt.cu unchanged; ldlt_check then decides per
-// system, as solve_one does after its L D L^T:
+// Level 0 runs the L D L^T kernel of ldlt.cu; with the group organisation that kernel
+// already settles the systems whose residual, growth and Gershgorin certificate pass
+// (and those with non-finite input) and lists the others, and ldlt_check visits only
+// that list; otherwise ldlt_check visits every system. It decides per system, as
+// solve_one does after its L D L^T:
 //  * status non-finite input: final.
 //  * status not positive definite: the first non-positive pivot (index, value) is
 //    recomputed by the L D L^T of the CPU (same arithmetic order, in shared memory);
@@ -101,8 +104,8 @@ constexpr int CHECK_REALS = N * N + 5 * N;
 
 extern "C" __global__ void __launch_bounds__(32)
 ENTRY(ldlt_check)(const real* __restrict__ A, const real* __restrict__ B, const real* __restrict__ X,
-                  const GpuReport* __restrict__ rep, long long batch, double tol, double thr,
-                  unsigned int* __restrict__ list1, unsigned int* __restrict__ list2,
+                  const GpuReport* __restrict__ rep, const unsigned int* __restrict__ idx, long long batch,
+                  double tol, double thr, unsigned int* __restrict__ list1, unsigned int* __restrict__ list2,
                   unsigned int* __restrict__ counters) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     real* sa = reinterpret_cast<real*>(smem_raw);
@@ -113,7 +116,11 @@ ENTRY(ldlt_check)(const real* __restrict__ A, const real* __restrict__ B, const 
     const int lane = threadIdx.x & 31;
     // Margin of the Gershgorin certificate: 4 / threshold plus rounding of the bound.
     const double margin = 4.0 / thr + 64.0 * N * (double)REAL_EPS;
-    for (long long k = blockIdx.x; k < batch; k += gridDim.x) {
+    // idx null: systems 0..batch; else the counters[2] systems idx[0..] that the L D L^T
+    // kernel could not settle itself (written by the previous launch).
+    const long long count = idx ? (long long)counters[2] : batch;
+    for (long long kk = blockIdx.x; kk < count; kk += gridDim.x) {
+        const long long k = idx ? (long long)idx[kk] : kk;
         const unsigned st = rep[k].status;
         if (st == STATUS_NON_FINITE_INPUT) continue;
         load_system(A, B, X, k, k, sa, sb, sx, lane);

@@ -79,9 +79,124 @@ __host__ __device__ constexpr int row_regs(int s) {
 #ifndef LDLT_MIN_BLOCKS
 #define LDLT_MIN_BLOCKS (REAL_F64 && N <= 32 && row_regs(0) <= LDLT_CAP_ROW_REGS ? 3 : 1)
 #endif
+#if REAL_F64
+#define LDLT_EPS 2.220446049250313e-16
+#else
+#define LDLT_EPS 1.1920928955078125e-07f
+#endif
+
+// The residual pass of the group kernel: the relative residual of `group_residual`
+// (same arithmetic), the finiteness of A folded in (a row sum of |A| that is not finite
+// sends its row through an exact per-entry check; every lower-triangle entry lies in
+// some row), and with ESC the two other numbers of `residual_check_warp`
+// (cuda/stedc.cu, kernels/src/batch/residual.rs) in its arithmetic: the equilibrated
+// solution growth, and the smallest Gershgorin lower bound of S A S (-1 if some
+// a_ii <= 0), min_r (s_r a_rr s_r - (sum_c |s_r a_rc s_c| - s_r a_rr s_r)).
+// ssc: N reals of shared scratch (the equilibration). Sets *bad if A is not finite.
+struct RowVals {
+    real b[R];
+    real x[R];
+};
+struct ResidualOut {
+    double res;
+    double growth;
+    real gersh;
+    bool bad;
+};
+template <bool ESC>
+__device__ __forceinline__ ResidualOut ldlt_residual(const real* sA, const real* sx, real* ssc, const RowVals v,
+                                                     const Group& g, real* scratch, int* iscratch) {
+    const real* b = v.b;
+    const real* x = v.x;
+    ResidualOut out;
+    out.bad = false;
+    out.growth = 0;
+    out.gersh = 0;
+    real sr_own[R];
+#pragma unroll
+    for (int s = 0; s < R; ++s) sr_own[s] = 1;
+    bool nonpos = false;
+    if (ESC) {
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            int i = g.t + s * NSTAR;
+            if (g.t < NSTAR && i < N) {
+                const real arr = sA[packed_col(i)];
+                const real dr = fabs(arr);
+                if (!(arr > (real)0)) nonpos = true;
+                sr_own[s] = dr > (real)0 ? (real)1 / sqrt(dr) : (real)1;
+                ssc[i] = sr_own[s];
+            }
+        }
+        group_sync();
+    }
+    real r_max = 0, a_max = 0, x_max = 0, b_max = 0;
+    real sa_max = 0, sx_max = 0, sb_max = 0, lo_min = REAL_MAX;
+    bool nan_row = false;
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+        int i = g.t + s * NSTAR;
+        if (g.t < NSTAR && i < N) {
+            real acc = 0, row = 0, srow = 0;
+            const real sr = sr_own[s];
+            int oi = i * N - (i * (i - 1)) / 2;  // packed_col(i)
+#pragma unroll
+            for (int c = 0; c < N; ++c) {
+                real aic = (i >= c) ? sA[packed_col(c) + i - c] : sA[oi + c - i];
+                acc += aic * sx[c];
+                row += fabs(aic);
+                if (ESC) srow += fabs(sr * aic * ssc[c]);
+            }
+            if (!finite(row)) {
+                // Rare: a non-finite entry, or a sum of |A| that overflowed.
+#pragma unroll
+                for (int c = 0; c < N; ++c) {
+                    real aic = (i >= c) ? sA[packed_col(c) + i - c] : sA[oi + c - i];
+                    if (!finite(aic)) out.bad = true;
+                }
+            }
+            real ri = fabs(b[s] - acc);
+            if (isnan(ri) || !finite(x[s])) nan_row = true;
+            r_max = fmax(r_max, ri);
+            a_max = fmax(a_max, row);
+            x_max = fmax(x_max, fabs(x[s]));
+            b_max = fmax(b_max, fabs(b[s]));
+            if (ESC) {
+                sa_max = fmax(sa_max, srow);
+                sx_max = fmax(sx_max, fabs(x[s] / sr));
+                sb_max = fmax(sb_max, fabs(sr * b[s]));
+                const real dterm = sr * sA[oi] * sr;
+                lo_min = fmin(lo_min, dterm - (srow - dterm));
+            }
+        }
+    }
+    bool any_nan = group_any(nan_row, g, iscratch);
+    group_max4(r_max, a_max, x_max, b_max, scratch);
+    if (ESC) {
+        real neg_lo = nonpos ? (real)REAL_MAX : -lo_min;
+        group_max4(sa_max, sx_max, sb_max, neg_lo, scratch);
+        out.gersh = -neg_lo;
+        const double sax = (double)sa_max * (double)sx_max;
+        out.growth = any_nan ? __longlong_as_double(0x7ff8000000000000ULL) : (sax == 0.0 ? 0.0 : sax / (double)sb_max);
+    }
+    double den = (double)a_max * (double)x_max + (double)b_max;
+    out.res = any_nan ? __longlong_as_double(0x7ff8000000000000ULL) : (den == 0.0 ? 0.0 : (double)r_max / den);
+    return out;
+}
+// The escalation variant out of line: it needs registers only after the solve, and
+// inlined it made ptxas spill across the factorization. Arguments by value so that
+// the caller's row arrays stay in registers.
+__device__ __noinline__ ResidualOut ldlt_residual_esc(const real* sA, const real* sx, real* ssc, const RowVals v,
+                                                      const Group g, real* scratch, int* iscratch) {
+    return ldlt_residual<true>(sA, sx, ssc, v, g, scratch, iscratch);
+}
+
 extern "C" __global__ void __launch_bounds__(NSTAR > 32 ? 64 : 128, NSTAR > 32 ? 1 : LDLT_MIN_BLOCKS)
 ENTRY(ldlt_group)(const real* __restrict__ A, const real* __restrict__ B, real* __restrict__ X,
-                  GpuReport* __restrict__ rep, long long batch) {
+                  GpuReport* __restrict__ rep, long long batch, double tol, double thr,
+                  unsigned int* __restrict__ defer, unsigned int* __restrict__ counters) {
+    // Escalating strategy (defer != null): decide here which systems L D L^T settles.
+    const bool esc = defer != nullptr;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __shared__ real red_scratch[8];
     __shared__ int iscratch[1];
@@ -130,11 +245,11 @@ ENTRY(ldlt_group)(const real* __restrict__ A, const real* __restrict__ B, real* 
             bool own = g.t < NSTAR && i < N;
             b[s] = (own && active) ? sB[i] : (real)0;
             bad |= !finite(b[s]);
+            // The finiteness of A is checked by the residual pass (row sums of |A|).
 #pragma unroll
             for (int k = 0; k < N; ++k) {
                 if (k <= row_max(s)) {
                     real v = (own && k <= i) ? (active ? sA[packed_col(k) + i - k] : (real)(k == i ? 1 : 0)) : (real)0;
-                    bad |= !finite(v);
                     a[s][k] = v;
                 }
             }
@@ -264,11 +379,33 @@ ENTRY(ldlt_group)(const real* __restrict__ A, const real* __restrict__ B, real* 
                         sB0 + (buf ^ 1) * N, g, next < batch);
         cp_async_commit();
 
-        bad = group_any(bad, g, iscratch);
-        double res = group_residual(sA, sx, b, x, g, red_scratch, iscratch);
+        RowVals rv;
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            rv.b[s] = b[s];
+            rv.x[s] = x[s];
+        }
+        const ResidualOut ro = esc ? ldlt_residual_esc(sA, sx, sy, rv, g, red_scratch, iscratch)
+                                   : ldlt_residual<false>(sA, sx, sy, rv, g, red_scratch, iscratch);
+        const double res = ro.res, growth = ro.growth;
+        const real gersh = ro.gersh;
+        bad = group_any(bad || ro.bad, g, iscratch);
         unsigned status = bad ? STATUS_NON_FINITE_INPUT
                         : not_pd ? STATUS_NOT_POSITIVE_DEFINITE
                         : isnan(res) ? STATUS_FAILED : STATUS_OK;
+        if (esc && active && g.t == 0) {
+            // What ldlt_check (cuda/escalate.cu) would decide without recomputing the
+            // pivots: final if the input is not finite, or if the residual and the
+            // equilibrated growth pass and the Gershgorin discs of S A S prove the pivot
+            // ratio above 1 / thr (the certificate of ldlt_check with twice its rounding
+            // allowance, so that passing here implies passing there). Any other system
+            // is deferred to ldlt_check, which decides it exactly as before.
+            const double margin = 4.0 / thr + 128.0 * N * (double)LDLT_EPS;
+            const bool final_here = status == STATUS_NON_FINITE_INPUT ||
+                                    (status == STATUS_OK && res <= tol && growth <= thr && !(thr < 1.0) &&
+                                     (double)gersh >= margin);
+            if (!final_here) defer[atomicAdd(&counters[2], 1u)] = (unsigned)sys;
+        }
         if (active) {
             const bool no_solution = status == STATUS_NON_FINITE_INPUT || status == STATUS_NOT_POSITIVE_DEFINITE;
 #pragma unroll

@@ -371,13 +371,24 @@ fn main() -> ExitCode {
             )
         });
     }
-    // GPU_BENCH_VARIANTS=dc: L D L^T (tuned), escalating and divide and conquer only.
-    if std::env::var("GPU_BENCH_VARIANTS").as_deref() == Ok("dc") {
-        cfg.variants = vec![
-            BenchVariant::Ldlt(LdltOrganisation::Auto),
-            BenchVariant::Escalating,
-            BenchVariant::DivideConquer,
-        ];
+    // GPU_BENCH_VARIANTS=dc: L D L^T (tuned), escalating and divide and conquer only;
+    // esc: L D L^T (tuned) and escalating; ldlt: L D L^T (tuned) only.
+    match std::env::var("GPU_BENCH_VARIANTS").as_deref() {
+        Ok("dc") => {
+            cfg.variants = vec![
+                BenchVariant::Ldlt(LdltOrganisation::Auto),
+                BenchVariant::Escalating,
+                BenchVariant::DivideConquer,
+            ];
+        }
+        Ok("esc") => {
+            cfg.variants = vec![
+                BenchVariant::Ldlt(LdltOrganisation::Auto),
+                BenchVariant::Escalating,
+            ];
+        }
+        Ok("ldlt") => cfg.variants = vec![BenchVariant::Ldlt(LdltOrganisation::Auto)],
+        _ => {}
     }
     let t0 = std::time::Instant::now();
     match bench_solvers(&solver, &cfg) {

@@ -26,6 +26,7 @@
 //! [`GpuError::NoDevice`] instead of panicking.
 
 pub mod bench;
+pub mod engine;
 pub mod module;
 pub mod paths;
 pub mod regression;

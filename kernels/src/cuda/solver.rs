@@ -453,9 +453,11 @@ impl GpuBatchSolver {
 
     /// Escalating solve on the device (the logic of `solve_one`, see
     /// [`Strategy::Escalating`]): starting at `options.start`, `L D L^T` on every
-    /// system (the kernel of [`Strategy::Ldlt`]), then `ldlt_check` computes the residual,
-    /// the equilibrated growth and the pivot ratio per system and appends the systems
-    /// that need the next level to two index lists (atomic compaction); the
+    /// system (the kernel of [`Strategy::Ldlt`]; the group organisation settles in the
+    /// same pass the systems whose residual, growth and Gershgorin certificate pass and
+    /// lists the others), then `ldlt_check` computes the residual, the equilibrated
+    /// growth and the pivot ratio of the remaining systems and appends those that need
+    /// the next level to two index lists (atomic compaction); the
     /// Householder + PCR candidates are gathered (chunks of at most 2^16 systems) and
     /// solved, `pcr_check` accepts them or appends them to the divide-and-conquer list,
     /// and `divide_conquer` solves that list in place. Only the two list lengths come
@@ -488,11 +490,14 @@ impl GpuBatchSolver {
         assert_eq!(reports.len(), batch, "reports.len() must be batch");
         let eb = std::mem::size_of::<T>();
         let tol = params.tolerance::<T>(n);
-        let thr = params.condition_threshold;
+        // The checks use the escalation bound (as `solve_one`); divide and conquer
+        // truncates with `condition_threshold`.
+        let thr = params.escalation_condition::<T>();
+        let trunc = params.condition_threshold;
         let (dkey, _) = self.kernel_key::<T>(n, Strategy::DivideConquer, options)?;
         let dck = self.cache.get(dkey)?;
         if options.start == Method::DivideConquer || batch == 0 {
-            let info = self.launch_divide_conquer(&dck, n, a, b, x, reports, None, batch, thr)?;
+            let info = self.launch_divide_conquer(&dck, n, a, b, x, reports, None, batch, trunc)?;
             return Ok(EscalationCounts {
                 systems: batch,
                 householder_pcr: 0,
@@ -500,33 +505,74 @@ impl GpuBatchSolver {
                 first_launch: info,
             });
         }
-        let mut counters: CudaSlice<u32> = self.stream.alloc_zeros(2)?;
+        // [list 1 length, list 2 length, systems deferred by the L D L^T kernel].
+        let mut counters: CudaSlice<u32> = self.stream.alloc_zeros(3)?;
+        let null_idx: u64 = 0;
         let mut list2: CudaSlice<u32> = self.stream.alloc_zeros(batch)?;
         let check_smem = check_shared_bytes(n, eb);
         let mut first_launch = None;
         let mut list1: Option<CudaSlice<u32>> = None;
         let count1 = if options.start == Method::Ldlt {
-            first_launch = Some(self.solve_batched_gpu(
-                n,
-                a,
-                b,
-                x,
-                reports,
-                Strategy::Ldlt,
-                params,
-                options,
-            )?);
             let mut l1: CudaSlice<u32> = self.stream.alloc_zeros(batch)?;
-            let (cfg, _) = self.warp_geometry(&dck, "ldlt_check", check_smem, batch)?;
+            // The group L D L^T kernel settles what it can and lists the rest in
+            // `deferred` (count in counters[2]); ldlt_check then visits that list only.
+            let mut deferred: Option<CudaSlice<u32>> = None;
+            let (lkey, lnstar) = self.kernel_key::<T>(n, Strategy::Ldlt, options)?;
+            if lkey.family == KernelFamily::LdltGroup {
+                let lk = self.cache.get(lkey)?;
+                let (cfg, info) = self.geometry::<T>(&lk, "ldlt_group", lnstar, batch)?;
+                let mut dl: CudaSlice<u32> = self.stream.alloc_zeros(batch)?;
+                let batch_arg = batch as i64;
+                let mut launch = self.stream.launch_builder(lk.function("ldlt_group"));
+                launch
+                    .arg(a)
+                    .arg(b)
+                    .arg(&mut *x)
+                    .arg(&mut *reports)
+                    .arg(&batch_arg)
+                    .arg(&tol)
+                    .arg(&thr)
+                    .arg(&mut dl)
+                    .arg(&mut counters);
+                // SAFETY: `ldlt_group_{f32,f64}` takes (const real* A, const real* B,
+                // real* X, GpuReport* rep, long long batch, double tol, double thr,
+                // unsigned* defer, unsigned* counters) with real = T; A holds
+                // batch*n*n, B and X batch*n, rep batch entries (checked above); each
+                // system writes only its own X and rep entries and appends itself at
+                // most once to `dl` (`batch` entries) through counters[2] (3 entries,
+                // zeroed). A and B are read only.
+                unsafe { launch.launch(cfg) }?;
+                first_launch = Some(info);
+                deferred = Some(dl);
+            } else {
+                first_launch = Some(self.solve_batched_gpu(
+                    n,
+                    a,
+                    b,
+                    x,
+                    reports,
+                    Strategy::Ldlt,
+                    params,
+                    options,
+                )?);
+            }
+            let (mut cfg, cinfo) = self.warp_geometry(&dck, "ldlt_check", check_smem, batch)?;
+            if deferred.is_some() {
+                // The list length is known on the device only: one wave of blocks
+                // that loop over it (few systems are expected).
+                let wave = cinfo.blocks_per_sm.max(1) as usize * self.info.multiprocessors as usize;
+                cfg.grid_dim.0 = batch.clamp(1, wave) as u32;
+            }
             let batch_arg = batch as i64;
             let xr = x.slice(0..batch * n);
             let rr = reports.slice(0..batch);
             let mut launch = self.stream.launch_builder(dck.function("ldlt_check"));
+            launch.arg(a).arg(b).arg(&xr).arg(&rr);
+            match &deferred {
+                Some(dl) => launch.arg(dl),
+                None => launch.arg(&null_idx),
+            };
             launch
-                .arg(a)
-                .arg(b)
-                .arg(&xr)
-                .arg(&rr)
                 .arg(&batch_arg)
                 .arg(&tol)
                 .arg(&thr)
@@ -534,11 +580,13 @@ impl GpuBatchSolver {
                 .arg(&mut list2)
                 .arg(&mut counters);
             // SAFETY: `ldlt_check_{f32,f64}` takes (const real* A, const real* B, const
-            // real* X, const GpuReport* rep, long long batch, double tol, double thr,
-            // unsigned* list1, unsigned* list2, unsigned* counters); A, B, X, rep hold
-            // `batch` systems (checked above) and are read only; list1 and list2 hold
-            // `batch` entries, and each system is appended to at most one of them once,
-            // through counters[0] / counters[1] (2 entries, zeroed).
+            // real* X, const GpuReport* rep, const unsigned* idx, long long batch,
+            // double tol, double thr, unsigned* list1, unsigned* list2, unsigned*
+            // counters); A, B, X, rep hold `batch` systems (checked above) and are read
+            // only; idx is null (every system) or the deferred list (counters[2]
+            // distinct indices < batch, written by the previous launch); list1 and list2
+            // hold `batch` entries, and each system is appended to at most one of them
+            // once, through counters[0] / counters[1] (3 entries, zeroed).
             unsafe { launch.launch(cfg) }?;
             let host = self.stream.clone_dtoh(&counters)?;
             self.stream.synchronize()?;
@@ -647,7 +695,7 @@ impl GpuBatchSolver {
         if count2 > 0 {
             let l2 = list2.slice(0..count2);
             let info =
-                self.launch_divide_conquer(&dck, n, a, b, x, reports, Some(&l2), count2, thr)?;
+                self.launch_divide_conquer(&dck, n, a, b, x, reports, Some(&l2), count2, trunc)?;
             first_launch.get_or_insert(info);
         }
         let first_launch = match first_launch {
@@ -854,12 +902,20 @@ impl GpuBatchSolver {
         let f = kernel.function(entry);
         let mut launch = self.stream.launch_builder(f);
         launch.arg(a).arg(b).arg(x).arg(reports).arg(&batch_arg);
+        let (zero, null) = (0.0f64, 0u64);
+        if key.family == KernelFamily::LdltGroup {
+            // Not escalating: tol, thr unused, null defer list and counters.
+            launch.arg(&zero).arg(&zero).arg(&null).arg(&null);
+        }
         // SAFETY: every kernel of these families has the signature
         // (const real* A, const real* B, real* X, GpuReport* rep, long long batch),
-        // with `real` = T (the module was compiled for T); A holds batch*n*n, B and X
-        // batch*n, rep batch elements (checked above), and the grid covers exactly the
-        // systems < batch, which the kernel also checks. X and rep are written only,
-        // A and B read only; the views are distinct borrows, so nothing aliases.
+        // with `real` = T (the module was compiled for T), `ldlt_group` followed by
+        // (double tol, double thr, unsigned* defer, unsigned* counters), here null
+        // pointers of the same size (u64 0), which turn the escalation part off;
+        // A holds batch*n*n, B and X batch*n, rep batch elements (checked above), and
+        // the grid covers exactly the systems < batch, which the kernel also checks.
+        // X and rep are written only, A and B read only; the views are distinct
+        // borrows, so nothing aliases.
         unsafe { launch.launch(cfg) }?;
         Ok(info)
     }
