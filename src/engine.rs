@@ -495,7 +495,7 @@ fn regression_step<T: Real>(
         .zip(b_buf.par_chunks_mut(n))
         .zip(solved.par_iter())
         .for_each(|((a, b), &l)| {
-            let mut x = vec![0.0; am.basis.assets.len()];
+            let mut x = vec![0.0; am.basis.assets().len()];
             let mut psi = vec![0.0; n];
             let mut psi_t = vec![T::ZERO; n];
             for mm in 0..m {
@@ -587,7 +587,7 @@ fn regression_step<T: Real>(
             } else {
                 0.0
             };
-            let mut x = vec![0.0; am.basis.assets.len()];
+            let mut x = vec![0.0; am.basis.assets().len()];
             let mut psi = vec![0.0; n];
             for mm in 0..m {
                 let s = inner.state(l, j, mm);

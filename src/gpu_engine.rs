@@ -21,15 +21,15 @@
 //! which can flip a rare exercise decision or solver branch: results agree with the
 //! CPU's to far below the Monte Carlo error, not bitwise.
 
+use crate::basis::BasisFunctions;
 use crate::engine::{NestedSimulation, PhaseTimings, Progress, RegressionStepStats};
 use crate::model::correlation_factor;
-use crate::scenario::{Basis, OptionKind, Scenario, Style, Underlying};
+use crate::scenario::{OptionKind, Scenario, Style, Underlying};
 use cva_kernels::cuda::engine::driver::{sys::CUresult, CudaSlice, DriverError};
 use cva_kernels::cuda::engine::{DeviceBasis, DevicePayoff, EngineKernels, StateView};
 use cva_kernels::cuda::paths::{GpuPaths, MarketSteps};
 use cva_kernels::cuda::regression::{
-    BasisTables, GpuOptionKind, GpuPayoff, GpuRegression, GpuUnderlying, RegressionConfig,
-    RegressionSpec,
+    GpuOptionKind, GpuPayoff, GpuRegression, GpuUnderlying, RegressionConfig, RegressionSpec,
 };
 use cva_kernels::cuda::{GpuBatchSolver, GpuError, GpuOptions, GpuReal, GpuReport};
 use cva_kernels::{BatchSummary, Method, Status, Strategy, SystemReport};
@@ -142,16 +142,14 @@ impl<T: GpuReal> GpuEngine<T> {
         let payoffs = (0..scenario.portfolio.len())
             .map(|p| DevicePayoff::new(&stream, &gpu_payoff(scenario, p)))
             .collect::<Result<Vec<_>, _>>()?;
-        let degree = match sim.basis {
-            Basis::Linear => 1,
-            Basis::Monomials(p) => p as usize,
-        };
         let mut americans = Vec::new();
         for (p, pos) in scenario.portfolio.iter().enumerate() {
             if pos.style != Style::American {
                 continue;
             }
-            let basis = BasisTables::monomials(degree, &pos.underlying.assets(), &spots);
+            let basis = BasisFunctions::new(sim.basis, pos.underlying.assets(), &spots)
+                .tables()
+                .clone();
             let spec = RegressionSpec {
                 basis: basis.clone(),
                 payoff: gpu_payoff(scenario, p),

@@ -20,6 +20,7 @@
 //! `a[i*n*n .. (i+1)*n*n]`, of which only the **lower triangle** (`a[r + c*n]`, `r >= c`)
 //! is read; right-hand side `i` is `b[i*n .. (i+1)*n]`; solution `i` is `x[i*n .. (i+1)*n]`.
 
+pub mod basis;
 pub mod batch;
 pub mod cuda;
 pub mod families;
