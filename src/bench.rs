@@ -351,7 +351,7 @@ fn write_rows(rows: &[SolverBenchRow], path: &std::path::Path) -> Result<()> {
     let s = |g: fn(&SolverBenchRow) -> String| rows.iter().map(g).collect::<Vec<_>>();
     let u = |g: fn(&SolverBenchRow) -> usize| rows.iter().map(|r| g(r) as u64).collect::<Vec<_>>();
     let f = |g: fn(&SolverBenchRow) -> f64| rows.iter().map(g).collect::<Vec<_>>();
-    let mut df = DataFrame::new(
+    let df = DataFrame::new(
         rows.len(),
         vec![
             Column::new("backend".into(), s(|r| r.backend.clone())),
@@ -379,6 +379,11 @@ fn write_rows(rows: &[SolverBenchRow], path: &std::path::Path) -> Result<()> {
             ),
         ],
     )?;
+    write_parquet(df, path)
+}
+
+/// Writes `df` to `path` through a temporary file in the same directory.
+fn write_parquet(mut df: DataFrame, path: &std::path::Path) -> Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
     let tmp = match dir {
         Some(d) => d.join(".bench.parquet.tmp"),
@@ -388,5 +393,193 @@ fn write_rows(rows: &[SolverBenchRow], path: &std::path::Path) -> Result<()> {
         std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
     ParquetWriter::new(file).finish(&mut df)?;
     std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// `cva bench run SCENARIO --backend cpu,gpu`: the same scenario on each backend.
+#[derive(Args, Debug, Clone)]
+pub struct RunBenchArgs {
+    /// Scenario file (YAML).
+    pub scenario: PathBuf,
+    /// Backends, comma-separated: `cpu`, `gpu`.
+    #[arg(long, value_delimiter = ',', default_value = "cpu,gpu")]
+    pub backend: Vec<String>,
+    /// Override a scenario field (repeatable), as for `cva run`.
+    #[arg(long = "set", value_name = "FIELD=VALUE")]
+    pub set: Vec<String>,
+    /// CPU worker threads (default: all cores).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Print the rows as one JSON array.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the rows to this Parquet file.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// One backend's run of a scenario.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RunBenchRow {
+    pub scenario: String,
+    pub backend: String,
+    pub device: String,
+    pub precision: String,
+    pub outer_paths: usize,
+    pub inner_paths: usize,
+    /// Wall time of the simulation (GPU: after start-up), seconds.
+    pub wall_seconds: f64,
+    pub paths_seconds: f64,
+    pub regression_build_seconds: f64,
+    pub solve_seconds: f64,
+    pub exposure_seconds: f64,
+    /// Regression systems solved per second of wall time.
+    pub regressions_per_second: f64,
+    /// Asset-steps of the outer and inner paths per second of wall time.
+    pub path_steps_per_second: f64,
+    /// This row's speed over the CPU row's (`wall_cpu / wall`); 1 for the CPU.
+    pub speedup_over_cpu: f64,
+    pub cva: f64,
+    pub cva_std_error: f64,
+}
+
+/// Asset-steps simulated by a run: outer paths over all dates, and at every date `t_k`
+/// the inner paths up to the last maturity after it.
+pub fn path_steps(sc: &Scenario) -> f64 {
+    let n = sc.exposure_dates;
+    let d = sc.market.assets.len() as f64;
+    let (m0, m) = (
+        sc.simulation.outer_paths as f64,
+        sc.simulation.inner_paths as f64,
+    );
+    let inner_steps: usize = (0..n)
+        .filter_map(|k| {
+            sc.portfolio
+                .iter()
+                .map(|p| p.maturity_index)
+                .filter(|&mi| mi > k)
+                .max()
+                .map(|last| last - k)
+        })
+        .sum();
+    m0 * d * (n as f64 + m * inner_steps as f64)
+}
+
+/// Runs the benchmark and prints/writes the rows.
+///
+/// # Errors
+/// On an invalid scenario, an unknown backend, or a backend that cannot run.
+pub fn run(args: &RunBenchArgs) -> Result<()> {
+    let mut rows: Vec<RunBenchRow> = Vec::new();
+    for b in &args.backend {
+        if b != "cpu" && b != "gpu" {
+            bail!("unknown backend `{b}` (cpu or gpu)");
+        }
+        let mut set = args.set.clone();
+        set.push(format!("simulation.backend={b}"));
+        let sc = Scenario::load(&args.scenario, &set)?;
+        let note = |line: &str| eprintln!("{line}");
+        let out = crate::run::run_with(&sc, args.threads, &NoProgress, &note)?;
+        let s = &out.summary;
+        rows.push(RunBenchRow {
+            scenario: s.scenario.clone(),
+            backend: s.backend.clone(),
+            device: s.device.clone(),
+            precision: s.precision.clone(),
+            outer_paths: s.outer_paths,
+            inner_paths: s.inner_paths,
+            wall_seconds: s.wall_seconds,
+            paths_seconds: s.paths_seconds,
+            regression_build_seconds: s.regression_build_seconds,
+            solve_seconds: s.solve_seconds,
+            exposure_seconds: s.exposure_seconds,
+            regressions_per_second: s.systems_solved as f64 / s.wall_seconds,
+            path_steps_per_second: path_steps(&sc) / s.wall_seconds,
+            speedup_over_cpu: f64::NAN,
+            cva: s.cva,
+            cva_std_error: s.cva_std_error,
+        });
+    }
+    if let Some(cpu) = rows
+        .iter()
+        .find(|r| r.backend == "cpu")
+        .map(|r| r.wall_seconds)
+    {
+        for r in &mut rows {
+            r.speedup_over_cpu = cpu / r.wall_seconds;
+        }
+    }
+    if args.json {
+        println!("{}", serde_json::to_string(&rows)?);
+    } else {
+        println!(
+            "{:<8} {:<24} {:>5} {:>9} {:>10} {:>8} {:>8} {:>8} {:>8} {:>14} {:>14} {:>8}",
+            "backend",
+            "device",
+            "prec",
+            "outer",
+            "wall s",
+            "paths",
+            "build",
+            "solve",
+            "exposure",
+            "regressions/s",
+            "path-steps/s",
+            "vs cpu"
+        );
+        for r in &rows {
+            println!(
+                "{:<8} {:<24} {:>5} {:>9} {:>10.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>14.3e} {:>14.3e} {:>8.1}",
+                r.backend,
+                r.device,
+                r.precision,
+                r.outer_paths,
+                r.wall_seconds,
+                r.paths_seconds,
+                r.regression_build_seconds,
+                r.solve_seconds,
+                r.exposure_seconds,
+                r.regressions_per_second,
+                r.path_steps_per_second,
+                r.speedup_over_cpu
+            );
+        }
+    }
+    if let Some(path) = &args.out {
+        let s = |g: fn(&RunBenchRow) -> String| rows.iter().map(g).collect::<Vec<_>>();
+        let u = |g: fn(&RunBenchRow) -> usize| rows.iter().map(|r| g(r) as u64).collect::<Vec<_>>();
+        let f = |g: fn(&RunBenchRow) -> f64| rows.iter().map(g).collect::<Vec<_>>();
+        let df = DataFrame::new(
+            rows.len(),
+            vec![
+                Column::new("scenario".into(), s(|r| r.scenario.clone())),
+                Column::new("backend".into(), s(|r| r.backend.clone())),
+                Column::new("device".into(), s(|r| r.device.clone())),
+                Column::new("precision".into(), s(|r| r.precision.clone())),
+                Column::new("outer_paths".into(), u(|r| r.outer_paths)),
+                Column::new("inner_paths".into(), u(|r| r.inner_paths)),
+                Column::new("wall_seconds".into(), f(|r| r.wall_seconds)),
+                Column::new("paths_seconds".into(), f(|r| r.paths_seconds)),
+                Column::new(
+                    "regression_build_seconds".into(),
+                    f(|r| r.regression_build_seconds),
+                ),
+                Column::new("solve_seconds".into(), f(|r| r.solve_seconds)),
+                Column::new("exposure_seconds".into(), f(|r| r.exposure_seconds)),
+                Column::new(
+                    "regressions_per_second".into(),
+                    f(|r| r.regressions_per_second),
+                ),
+                Column::new(
+                    "path_steps_per_second".into(),
+                    f(|r| r.path_steps_per_second),
+                ),
+                Column::new("speedup_over_cpu".into(), f(|r| r.speedup_over_cpu)),
+                Column::new("cva".into(), f(|r| r.cva)),
+                Column::new("cva_std_error".into(), f(|r| r.cva_std_error)),
+            ],
+        )?;
+        write_parquet(df, path)?;
+    }
     Ok(())
 }

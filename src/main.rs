@@ -60,6 +60,8 @@ struct RunArgs {
 enum BenchCommand {
     /// Time every solver strategy on generated batches of symmetric systems.
     Solvers(cva::bench::SolverBenchArgs),
+    /// Run one scenario on each backend: wall time, phases, regressions/s, path-steps/s.
+    Run(cva::bench::RunBenchArgs),
 }
 
 struct Bars {
@@ -185,6 +187,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run(args),
         Command::Bench(BenchCommand::Solvers(args)) => cva::bench::solvers(&args),
+        Command::Bench(BenchCommand::Run(args)) => cva::bench::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
