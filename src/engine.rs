@@ -14,7 +14,7 @@
 use crate::basis::BasisFunctions;
 use crate::model::Dynamics;
 use crate::rng::{NormalStream, OUTER_STREAM};
-use crate::scenario::{Scenario, Style};
+use crate::scenario::{Position, Scenario, Style};
 use cva_kernels::{solve_batched, BatchSummary, Method, Real, SymmetricBatch, SystemReport};
 use rayon::prelude::*;
 use std::time::{Duration, Instant};
@@ -235,23 +235,9 @@ pub fn simulate<T: Real>(
         'dates: for k in 0..=n_dates {
             let t = Instant::now();
             let mut values = vec![0.0; c];
-            // Positions maturing now pay their payoff.
-            for (p, pos) in positions.iter().enumerate() {
-                if pos.maturity_index == k {
-                    for (l, v) in values.iter_mut().enumerate() {
-                        if alive[p * c + l] {
-                            *v += pos.quantity * pos.payoff(state(l, k));
-                        }
-                    }
-                    alive[p * c..(p + 1) * c].fill(false);
-                }
-            }
+            pay_maturing(positions, k, &mut alive, |l| state(l, k), &mut values);
             timings.exposure += t.elapsed();
-            let last = positions
-                .iter()
-                .map(|p| p.maturity_index)
-                .filter(|&mi| mi > k)
-                .max();
+            let last = last_maturity_after(positions, k);
             if let Some(last) = last {
                 let t = Instant::now();
                 simulate_inner_paths(&setup, &outer, c0, c, k, last - k, &mut inner_buf);
@@ -349,6 +335,39 @@ pub fn simulate<T: Real>(
         outer_exercises,
         captured,
     }
+}
+
+/// Adds the payoff of the positions maturing at `t_k` (and still alive) to `values`
+/// (one entry per outer path of the chunk) and marks them dead: `alive[p * c + l]`,
+/// `state(l)` the asset prices of outer path `l` at `t_k`.
+pub(crate) fn pay_maturing<'a>(
+    positions: &[Position],
+    k: usize,
+    alive: &mut [bool],
+    state: impl Fn(usize) -> &'a [f64],
+    values: &mut [f64],
+) {
+    let c = values.len();
+    for (p, pos) in positions.iter().enumerate() {
+        if pos.maturity_index == k {
+            for (l, v) in values.iter_mut().enumerate() {
+                if alive[p * c + l] {
+                    *v += pos.quantity * pos.payoff(state(l));
+                }
+            }
+            alive[p * c..(p + 1) * c].fill(false);
+        }
+    }
+}
+
+/// The last maturity index after date `k`: how far inner paths from `t_k` must run
+/// (`None`: every position has matured).
+pub(crate) fn last_maturity_after(positions: &[Position], k: usize) -> Option<usize> {
+    positions
+        .iter()
+        .map(|p| p.maturity_index)
+        .filter(|&mi| mi > k)
+        .max()
 }
 
 /// Outer paths `c0..c0+c`: `[l][k][i]`, `k = 0..=N`.

@@ -22,6 +22,7 @@
 //! CPU's to far below the Monte Carlo error, not bitwise.
 
 use crate::basis::BasisFunctions;
+use crate::engine::{last_maturity_after, pay_maturing};
 use crate::engine::{NestedSimulation, PhaseTimings, Progress, RegressionStepStats};
 use crate::model::correlation_factor;
 use crate::scenario::{OptionKind, Scenario, Style, Underlying};
@@ -367,22 +368,9 @@ impl<T: GpuReal> GpuEngine<T> {
         for k in 0..=n_dates {
             let t = Instant::now();
             let mut values = vec![0.0; c];
-            for (p, pos) in positions.iter().enumerate() {
-                if pos.maturity_index == k {
-                    for (l, v) in values.iter_mut().enumerate() {
-                        if alive[p * c + l] {
-                            *v += pos.quantity * pos.payoff(state(l, k));
-                        }
-                    }
-                    alive[p * c..(p + 1) * c].fill(false);
-                }
-            }
+            pay_maturing(positions, k, &mut alive, |l| state(l, k), &mut values);
             timings.exposure += t.elapsed();
-            let last = positions
-                .iter()
-                .map(|p| p.maturity_index)
-                .filter(|&mi| mi > k)
-                .max();
+            let last = last_maturity_after(positions, k);
             if let Some(last) = last {
                 let steps = last - k;
                 let stride = steps * m * d;
