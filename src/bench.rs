@@ -5,6 +5,7 @@
 //! Longstaff–Schwartz step of `scenarios/basket29.yaml`, n = 30, captured from a run).
 
 use crate::engine::{self, NoProgress};
+use crate::report::column;
 use crate::scenario::Scenario;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -348,35 +349,30 @@ fn print_row(r: &SolverBenchRow, header: bool) {
 }
 
 fn write_rows(rows: &[SolverBenchRow], path: &std::path::Path) -> Result<()> {
-    let s = |g: fn(&SolverBenchRow) -> String| rows.iter().map(g).collect::<Vec<_>>();
-    let u = |g: fn(&SolverBenchRow) -> usize| rows.iter().map(|r| g(r) as u64).collect::<Vec<_>>();
-    let f = |g: fn(&SolverBenchRow) -> f64| rows.iter().map(g).collect::<Vec<_>>();
+    let r = rows;
+    let u = |name: &str, g: fn(&SolverBenchRow) -> usize| column(r, name, |x| g(x) as u64);
     let df = DataFrame::new(
-        rows.len(),
+        r.len(),
         vec![
-            Column::new("backend".into(), s(|r| r.backend.clone())),
-            Column::new("device".into(), s(|r| r.device.clone())),
-            Column::new("family".into(), s(|r| r.family.clone())),
-            Column::new("n".into(), u(|r| r.n)),
-            Column::new("batch".into(), u(|r| r.batch)),
-            Column::new("precision".into(), s(|r| r.precision.clone())),
-            Column::new("strategy".into(), s(|r| r.strategy.clone())),
-            Column::new("nstar".into(), u(|r| r.nstar)),
-            Column::new("seconds".into(), f(|r| r.seconds)),
-            Column::new("systems_per_second".into(), f(|r| r.systems_per_second)),
-            Column::new(
-                "floor_systems_per_second".into(),
-                f(|r| r.floor_systems_per_second),
-            ),
-            Column::new("max_residual".into(), f(|r| r.max_residual)),
-            Column::new("ldlt".into(), u(|r| r.ldlt)),
-            Column::new("householder_pcr".into(), u(|r| r.householder_pcr)),
-            Column::new("divide_conquer".into(), u(|r| r.divide_conquer)),
-            Column::new("failures".into(), u(|r| r.failures)),
-            Column::new(
-                "discarded_eigenvalues".into(),
-                u(|r| r.discarded_eigenvalues),
-            ),
+            column(r, "backend", |x| x.backend.clone()),
+            column(r, "device", |x| x.device.clone()),
+            column(r, "family", |x| x.family.clone()),
+            u("n", |x| x.n),
+            u("batch", |x| x.batch),
+            column(r, "precision", |x| x.precision.clone()),
+            column(r, "strategy", |x| x.strategy.clone()),
+            u("nstar", |x| x.nstar),
+            column(r, "seconds", |x| x.seconds),
+            column(r, "systems_per_second", |x| x.systems_per_second),
+            column(r, "floor_systems_per_second", |x| {
+                x.floor_systems_per_second
+            }),
+            column(r, "max_residual", |x| x.max_residual),
+            u("ldlt", |x| x.ldlt),
+            u("householder_pcr", |x| x.householder_pcr),
+            u("divide_conquer", |x| x.divide_conquer),
+            u("failures", |x| x.failures),
+            u("discarded_eigenvalues", |x| x.discarded_eigenvalues),
         ],
     )?;
     write_parquet(df, path)
@@ -546,37 +542,29 @@ pub fn run(args: &RunBenchArgs) -> Result<()> {
         }
     }
     if let Some(path) = &args.out {
-        let s = |g: fn(&RunBenchRow) -> String| rows.iter().map(g).collect::<Vec<_>>();
-        let u = |g: fn(&RunBenchRow) -> usize| rows.iter().map(|r| g(r) as u64).collect::<Vec<_>>();
-        let f = |g: fn(&RunBenchRow) -> f64| rows.iter().map(g).collect::<Vec<_>>();
+        let r = &rows;
+        let u = |name: &str, g: fn(&RunBenchRow) -> usize| column(r, name, |x| g(x) as u64);
         let df = DataFrame::new(
-            rows.len(),
+            r.len(),
             vec![
-                Column::new("scenario".into(), s(|r| r.scenario.clone())),
-                Column::new("backend".into(), s(|r| r.backend.clone())),
-                Column::new("device".into(), s(|r| r.device.clone())),
-                Column::new("precision".into(), s(|r| r.precision.clone())),
-                Column::new("outer_paths".into(), u(|r| r.outer_paths)),
-                Column::new("inner_paths".into(), u(|r| r.inner_paths)),
-                Column::new("wall_seconds".into(), f(|r| r.wall_seconds)),
-                Column::new("paths_seconds".into(), f(|r| r.paths_seconds)),
-                Column::new(
-                    "regression_build_seconds".into(),
-                    f(|r| r.regression_build_seconds),
-                ),
-                Column::new("solve_seconds".into(), f(|r| r.solve_seconds)),
-                Column::new("exposure_seconds".into(), f(|r| r.exposure_seconds)),
-                Column::new(
-                    "regressions_per_second".into(),
-                    f(|r| r.regressions_per_second),
-                ),
-                Column::new(
-                    "path_steps_per_second".into(),
-                    f(|r| r.path_steps_per_second),
-                ),
-                Column::new("speedup_over_cpu".into(), f(|r| r.speedup_over_cpu)),
-                Column::new("cva".into(), f(|r| r.cva)),
-                Column::new("cva_std_error".into(), f(|r| r.cva_std_error)),
+                column(r, "scenario", |x| x.scenario.clone()),
+                column(r, "backend", |x| x.backend.clone()),
+                column(r, "device", |x| x.device.clone()),
+                column(r, "precision", |x| x.precision.clone()),
+                u("outer_paths", |x| x.outer_paths),
+                u("inner_paths", |x| x.inner_paths),
+                column(r, "wall_seconds", |x| x.wall_seconds),
+                column(r, "paths_seconds", |x| x.paths_seconds),
+                column(r, "regression_build_seconds", |x| {
+                    x.regression_build_seconds
+                }),
+                column(r, "solve_seconds", |x| x.solve_seconds),
+                column(r, "exposure_seconds", |x| x.exposure_seconds),
+                column(r, "regressions_per_second", |x| x.regressions_per_second),
+                column(r, "path_steps_per_second", |x| x.path_steps_per_second),
+                column(r, "speedup_over_cpu", |x| x.speedup_over_cpu),
+                column(r, "cva", |x| x.cva),
+                column(r, "cva_std_error", |x| x.cva_std_error),
             ],
         )?;
         write_parquet(df, path)?;

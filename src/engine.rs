@@ -293,28 +293,23 @@ pub fn simulate<T: Real>(
 
                     // Value at t_k: continuation, or exercise along the outer path.
                     let t = Instant::now();
-                    for l in 0..c {
-                        if !alive[am.position * c + l] {
-                            continue;
-                        }
+                    let continuation = |l: usize| {
                         let cf = &cash[l * m..(l + 1) * m];
                         let cd = &cash_date[l * m..(l + 1) * m];
-                        let continuation = cf
-                            .iter()
+                        cf.iter()
                             .zip(cd)
                             .map(|(&v, &dd)| v * setup.discount[dd as usize - k])
                             .sum::<f64>()
-                            / m as f64;
-                        let payoff = pos.payoff(state(l, k));
-                        let value = if k >= 1 && payoff > 0.0 && payoff >= continuation {
-                            alive[am.position * c + l] = false;
-                            outer_exercises += 1;
-                            payoff
-                        } else {
-                            continuation
-                        };
-                        values[l] += pos.quantity * value;
-                    }
+                            / m as f64
+                    };
+                    outer_exercises += value_or_exercise(
+                        pos,
+                        k,
+                        |l| state(l, k),
+                        continuation,
+                        &mut alive[am.position * c..(am.position + 1) * c],
+                        &mut values,
+                    );
                     timings.exposure += t.elapsed();
                 }
             }
@@ -358,6 +353,38 @@ pub(crate) fn pay_maturing<'a>(
             alive[p * c..(p + 1) * c].fill(false);
         }
     }
+}
+
+/// Adds the value at `t_k` of the American position `pos` to `values` on every outer
+/// path where it is alive (`alive[l]`, this position's flags): the payoff if it is
+/// exercised now (`k >= 1`, payoff > 0 and at least the continuation estimate; the
+/// position is then dead), else the continuation estimate. Returns the number of
+/// exercises.
+pub(crate) fn value_or_exercise<'a>(
+    pos: &Position,
+    k: usize,
+    state: impl Fn(usize) -> &'a [f64],
+    continuation: impl Fn(usize) -> f64,
+    alive: &mut [bool],
+    values: &mut [f64],
+) -> usize {
+    let mut exercises = 0;
+    for (l, v) in values.iter_mut().enumerate() {
+        if !alive[l] {
+            continue;
+        }
+        let payoff = pos.payoff(state(l));
+        let cont = continuation(l);
+        let value = if k >= 1 && payoff > 0.0 && payoff >= cont {
+            alive[l] = false;
+            exercises += 1;
+            payoff
+        } else {
+            cont
+        };
+        *v += pos.quantity * value;
+    }
+    exercises
 }
 
 /// The last maturity index after date `k`: how far inner paths from `t_k` must run

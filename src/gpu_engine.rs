@@ -22,7 +22,7 @@
 //! CPU's to far below the Monte Carlo error, not bitwise.
 
 use crate::basis::BasisFunctions;
-use crate::engine::{last_maturity_after, pay_maturing};
+use crate::engine::{last_maturity_after, pay_maturing, value_or_exercise};
 use crate::engine::{NestedSimulation, PhaseTimings, Progress, RegressionStepStats};
 use crate::model::correlation_factor;
 use crate::scenario::{OptionKind, Scenario, Style, Underlying};
@@ -604,20 +604,14 @@ impl<T: GpuReal> GpuEngine<T> {
                         &mut sums.slice_mut(0..c),
                     )?;
                     let continuation = stream.clone_dtoh(&sums.slice(0..c))?;
-                    for l in 0..c {
-                        if !alive[am.position * c + l] {
-                            continue;
-                        }
-                        let payoff = pos.payoff(state(l, k));
-                        let value = if k >= 1 && payoff > 0.0 && payoff >= continuation[l] {
-                            alive[am.position * c + l] = false;
-                            outer_exercises += 1;
-                            payoff
-                        } else {
-                            continuation[l]
-                        };
-                        values[l] += pos.quantity * value;
-                    }
+                    outer_exercises += value_or_exercise(
+                        pos,
+                        k,
+                        |l| state(l, k),
+                        |l| continuation[l],
+                        &mut alive[am.position * c..(am.position + 1) * c],
+                        &mut values,
+                    );
                     timings.exposure += t.elapsed();
                 }
             }

@@ -50,11 +50,12 @@ pub struct Summary {
     pub outer_exercises: usize,
 }
 
-fn col_f64(name: &str, v: Vec<f64>) -> Column {
-    Column::new(name.into(), v)
-}
-fn col_u64(name: &str, v: Vec<u64>) -> Column {
-    Column::new(name.into(), v)
+/// A column named `name` with `get(row)` for every row.
+pub(crate) fn column<R, V>(rows: &[R], name: &str, get: impl Fn(&R) -> V) -> Column
+where
+    Series: NamedFrom<Vec<V>, [V]>,
+{
+    Column::new(name.into(), rows.iter().map(get).collect::<Vec<V>>())
 }
 
 /// `summary.parquet`: one row, the fields of [`Summary`].
@@ -81,23 +82,20 @@ pub fn summary_frame(s: &Summary) -> Result<DataFrame> {
 
 /// `exposure.parquet`: one row per date `t_0 .. t_N`.
 pub fn exposure_frame(profile: &[ExposureRow]) -> Result<DataFrame> {
-    let f = |g: fn(&ExposureRow) -> f64| profile.iter().map(g).collect::<Vec<f64>>();
+    let p = profile;
     Ok(DataFrame::new(
-        profile.len(),
+        p.len(),
         vec![
-            col_u64(
-                "date_index",
-                profile.iter().map(|r| r.date_index as u64).collect(),
-            ),
-            col_f64("time", f(|r| r.time)),
-            col_f64("ee", f(|r| r.ee)),
-            col_f64("epe", f(|r| r.epe)),
-            col_f64("ene", f(|r| r.ene)),
-            col_f64("pfe", f(|r| r.pfe)),
-            col_f64("discount_factor", f(|r| r.discount_factor)),
-            col_f64("discounted_epe", f(|r| r.discounted_epe)),
-            col_f64("default_probability", f(|r| r.default_probability)),
-            col_f64("cva_contribution", f(|r| r.cva_contribution)),
+            column(p, "date_index", |r| r.date_index as u64),
+            column(p, "time", |r| r.time),
+            column(p, "ee", |r| r.ee),
+            column(p, "epe", |r| r.epe),
+            column(p, "ene", |r| r.ene),
+            column(p, "pfe", |r| r.pfe),
+            column(p, "discount_factor", |r| r.discount_factor),
+            column(p, "discounted_epe", |r| r.discounted_epe),
+            column(p, "default_probability", |r| r.default_probability),
+            column(p, "cva_contribution", |r| r.cva_contribution),
         ],
     )?)
 }
@@ -106,45 +104,43 @@ pub fn exposure_frame(profile: &[ExposureRow]) -> Result<DataFrame> {
 /// date `j`): systems, failures, counts per method and status, discarded eigenvalues,
 /// regressions skipped for too few paths, and residual quantiles.
 pub fn solver_frame(steps: &[RegressionStepStats]) -> Result<DataFrame> {
-    let u = |g: &dyn Fn(&RegressionStepStats) -> usize| {
-        steps.iter().map(|s| g(s) as u64).collect::<Vec<u64>>()
-    };
-    let q = |p: f64| {
-        steps
-            .iter()
-            .map(|s| {
-                let mut r: Vec<f64> = s.residuals.iter().map(|&v| v as f64).collect();
-                quantile(&mut r, p)
-            })
-            .collect::<Vec<f64>>()
-    };
+    let st = steps;
+    let u =
+        |name: &str, g: &dyn Fn(&RegressionStepStats) -> usize| column(st, name, |s| g(s) as u64);
+    // Residual quantiles: one sorted copy per step.
+    let quantiles: Vec<[f64; 3]> = st
+        .iter()
+        .map(|s| {
+            let mut r: Vec<f64> = s.residuals.iter().map(|&v| v as f64).collect();
+            [0.5, 0.9, 0.99].map(|p| quantile(&mut r, p))
+        })
+        .collect();
     let mut cols = vec![
-        col_u64("exposure_date", u(&|s| s.exposure_date)),
-        col_u64("exercise_date", u(&|s| s.exercise_date)),
-        col_u64("systems", u(&|s| s.summary.systems)),
-        col_u64("failures", u(&|s| s.summary.failures())),
+        u("exposure_date", &|s| s.exposure_date),
+        u("exercise_date", &|s| s.exercise_date),
+        u("systems", &|s| s.summary.systems),
+        u("failures", &|s| s.summary.failures()),
     ];
     for m in Method::ALL {
         let name = format!("method_{}", m.name().replace('-', "_"));
-        cols.push(col_u64(&name, u(&|s| s.summary.per_method[m as usize])));
+        cols.push(u(&name, &|s| s.summary.per_method[m as usize]));
     }
-    for st in Status::ALL {
-        let name = format!("status_{}", st.name().replace('-', "_"));
-        cols.push(col_u64(&name, u(&|s| s.summary.per_status[st as usize])));
+    for status in Status::ALL {
+        let name = format!("status_{}", status.name().replace('-', "_"));
+        cols.push(u(&name, &|s| s.summary.per_status[status as usize]));
     }
-    cols.push(col_u64(
-        "discarded_eigenvalues",
-        u(&|s| s.summary.discarded_eigenvalues),
-    ));
-    cols.push(col_u64("too_few_paths", u(&|s| s.too_few_paths)));
-    cols.push(col_f64(
-        "residual_max",
-        steps.iter().map(|s| s.summary.max_residual).collect(),
-    ));
-    cols.push(col_f64("residual_p50", q(0.5)));
-    cols.push(col_f64("residual_p90", q(0.9)));
-    cols.push(col_f64("residual_p99", q(0.99)));
-    Ok(DataFrame::new(steps.len(), cols)?)
+    cols.push(u("discarded_eigenvalues", &|s| {
+        s.summary.discarded_eigenvalues
+    }));
+    cols.push(u("too_few_paths", &|s| s.too_few_paths));
+    cols.push(column(st, "residual_max", |s| s.summary.max_residual));
+    for (i, name) in ["residual_p50", "residual_p90", "residual_p99"]
+        .into_iter()
+        .enumerate()
+    {
+        cols.push(column(&quantiles, name, |q| q[i]));
+    }
+    Ok(DataFrame::new(st.len(), cols)?)
 }
 
 /// An SVG plot of EPE and PFE against time.

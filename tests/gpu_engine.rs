@@ -3,49 +3,9 @@
 //! run with `--include-ignored` on the GPU machine.
 
 mod common;
-use common::{black_scholes, f};
+use common::{check_european_closed_form, cva, f, run_json, scenario};
 use polars::prelude::*;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-// The binary and the repository root can be overridden (`CVA_BIN`, `CVA_ROOT`) so that
-// the test binary runs on a machine where the build paths do not exist.
-fn repo() -> PathBuf {
-    std::env::var_os("CVA_ROOT").map_or_else(common::root, PathBuf::from)
-}
-
-fn scenario(name: &str) -> PathBuf {
-    repo().join("scenarios").join(name)
-}
-
-fn cva(args: &[&str]) -> Output {
-    let bin = std::env::var_os("CVA_BIN")
-        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_cva")), PathBuf::from);
-    Command::new(bin)
-        .args(args)
-        .current_dir(repo())
-        .output()
-        .expect("the cva binary runs")
-}
-
-fn run_json(scenario: &Path, out: &Path, extra: &[&str]) -> serde_json::Value {
-    let mut args = vec![
-        "run",
-        scenario.to_str().unwrap(),
-        "--json",
-        "--quiet",
-        "--out",
-        out.to_str().unwrap(),
-    ];
-    args.extend_from_slice(extra);
-    let o = cva(&args);
-    assert!(
-        o.status.success(),
-        "cva {args:?} failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    serde_json::from_slice(&o.stdout).expect("--json prints one JSON object")
-}
+use std::path::Path;
 
 fn epe(dir: &Path) -> Vec<f64> {
     let file = std::fs::File::open(dir.join("exposure.parquet")).unwrap();
@@ -180,22 +140,7 @@ fn long_european_call_cva_matches_closed_form_on_gpu() {
         &["--backend", "gpu"],
     );
     assert_eq!(s["backend"].as_str(), Some("gpu"));
-    let v0 = black_scholes(true, 100.0, 100.0, 0.05, 0.0, 0.2, 1.0);
-    let (lambda, r, t) = (
-        f(&s, "hazard_rate"),
-        f(&s, "recovery_rate"),
-        f(&s, "horizon"),
-    );
-    let expected = (1.0 - r) * v0 * (1.0 - (-lambda * t).exp());
-    let (cva, se) = (f(&s, "cva"), f(&s, "cva_std_error"));
-    println!("GPU: CVA {cva} ± {se}, closed form {expected}, V0 {v0}");
-    assert!(se > 0.0 && se < 0.05 * expected);
-    assert!(
-        (cva - expected).abs() <= 3.0 * se,
-        "CVA {cva} vs closed form {expected} (std error {se})"
-    );
-    let (v, vse) = (f(&s, "value_t0"), f(&s, "value_t0_std_error"));
-    assert!((v - v0).abs() <= 3.0 * vse, "V0 {v} ± {vse} vs {v0}");
+    check_european_closed_form(&s, true, "GPU");
 }
 
 #[test]

@@ -4,8 +4,11 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// The repository root; `CVA_ROOT` overrides it (and `CVA_BIN` the binary) so that a
+/// test binary can run on a machine where the build paths do not exist (the GPU machine).
 pub fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("CVA_ROOT")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
 }
 
 pub fn scenario(name: &str) -> PathBuf {
@@ -14,7 +17,9 @@ pub fn scenario(name: &str) -> PathBuf {
 
 /// Runs `cva ARGS` in the repository root.
 pub fn cva(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cva"))
+    let bin = std::env::var_os("CVA_BIN")
+        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_cva")), PathBuf::from);
+    Command::new(bin)
         .args(args)
         .current_dir(root())
         .output()
@@ -75,4 +80,29 @@ pub fn black_scholes(call: bool, s0: f64, k: f64, r: f64, q: f64, sigma: f64, t:
         sum += w * g(a + i as f64 * h);
     }
     (-r * t).exp() * sum * h / 3.0
+}
+
+/// Checks a `cva run --json` summary of `scenarios/european_call.yaml` (kind `call` or
+/// put): for a long European option the discounted exposure is a martingale, so
+/// CVA = (1 - R) V0 (1 - e^{-λT}) within 3 of the run's standard errors, and the value at
+/// t0 equals Black–Scholes within 3 standard errors.
+pub fn check_european_closed_form(s: &serde_json::Value, call: bool, label: &str) {
+    let v0 = black_scholes(call, 100.0, 100.0, 0.05, 0.0, 0.2, 1.0);
+    let (lambda, r, t) = (f(s, "hazard_rate"), f(s, "recovery_rate"), f(s, "horizon"));
+    let expected = (1.0 - r) * v0 * (1.0 - (-lambda * t).exp());
+    let (cva, se) = (f(s, "cva"), f(s, "cva_std_error"));
+    println!("{label}: CVA {cva} ± {se}, closed form {expected}, V0 {v0}");
+    assert!(
+        se > 0.0 && se < 0.05 * expected,
+        "standard error {se} implausible"
+    );
+    assert!(
+        (cva - expected).abs() <= 3.0 * se,
+        "{label}: CVA {cva} differs from the closed form {expected} by more than 3 standard errors ({se})"
+    );
+    let (v, vse) = (f(s, "value_t0"), f(s, "value_t0_std_error"));
+    assert!(
+        (v - v0).abs() <= 3.0 * vse,
+        "V0 {v} ± {vse} vs Black–Scholes {v0}"
+    );
 }
