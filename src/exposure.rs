@@ -57,10 +57,31 @@ pub fn mean_std_error(xs: impl IntoIterator<Item = f64>) -> (f64, f64) {
         mean += delta / n as f64;
         m2 += delta * (x - mean);
     }
+    welford_mean_std_error(n, mean, m2)
+}
+
+/// Mean and standard error from a Welford state: `n` values, their mean and the sum of
+/// squared deviations `m2` (NaN standard error below two values).
+pub fn welford_mean_std_error(n: usize, mean: f64, m2: f64) -> (f64, f64) {
     if n < 2 {
         return (mean, f64::NAN);
     }
     (mean, (m2 / (n - 1) as f64 / n as f64).sqrt())
+}
+
+/// Where the `q` quantile of `len` sorted values lies: the ranks `(lo, hi)` (0-based) of
+/// the two order statistics it interpolates between, and `h = q (len - 1)`.
+pub fn quantile_position(len: usize, q: f64) -> (usize, usize, f64) {
+    let h = q * (len - 1) as f64;
+    let lo = h.floor() as usize;
+    let hi = (lo + 1).min(len - 1);
+    (lo, hi, h)
+}
+
+/// The quantile between the order statistics `x_lo <= x_hi` at [`quantile_position`]
+/// `(lo, _, h)`: `x_lo + (h - lo) (x_hi - x_lo)`.
+pub fn interpolate_quantile(x_lo: f64, x_hi: f64, lo: usize, h: f64) -> f64 {
+    x_lo + (h - lo as f64) * (x_hi - x_lo)
 }
 
 /// The `q` quantile of `xs` (linear interpolation between order statistics).
@@ -69,40 +90,54 @@ pub fn quantile(xs: &mut [f64], q: f64) -> f64 {
         return f64::NAN;
     }
     xs.sort_by(|a, b| a.total_cmp(b));
-    let h = q * (xs.len() - 1) as f64;
-    let lo = h.floor() as usize;
-    let hi = (lo + 1).min(xs.len() - 1);
-    xs[lo] + (h - lo as f64) * (xs[hi] - xs[lo])
+    let (lo, hi, h) = quantile_position(xs.len(), q);
+    interpolate_quantile(xs[lo], xs[hi], lo, h)
 }
 
-/// Computes the profile and CVA from `netted[k * outer_paths + l]`, `k = 0..=N`.
-pub fn estimate(scenario: &Scenario, netted: &[f64], outer_paths: usize) -> CvaEstimate {
-    let n_dates = scenario.exposure_dates;
-    let r = scenario.market.rate;
-    let lgd = 1.0 - scenario.counterparty.recovery_rate;
-    let survival: Vec<f64> = (0..=n_dates)
-        .map(|k| scenario.counterparty.hazard.survival(scenario.time(k)))
-        .collect();
-    let at = |k: usize| &netted[k * outer_paths..(k + 1) * outer_paths];
-    let mut profile = Vec::with_capacity(n_dates + 1);
-    for k in 0..=n_dates {
-        let t = scenario.time(k);
-        let p = at(k);
-        let df = (-r * t).exp();
-        let inv = 1.0 / outer_paths as f64;
-        let ee = p.iter().sum::<f64>() * inv;
-        let epe = p.iter().map(|v| v.max(0.0)).sum::<f64>() * inv;
-        let ene = p.iter().map(|v| v.min(0.0)).sum::<f64>() * inv;
-        let mut pos: Vec<f64> = p.iter().map(|v| v.max(0.0)).collect();
-        let pfe = quantile(&mut pos, scenario.simulation.pfe_quantile);
-        let default_probability = if k == 0 {
-            0.0
-        } else {
-            survival[k - 1] - survival[k]
-        };
-        profile.push(ExposureRow {
+/// What the estimate needs of the scenario per date `k = 0..=N`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DateFactors {
+    /// `t_k` in years.
+    pub time: Vec<f64>,
+    /// `D_k = e^{-r t_k}`.
+    pub discount: Vec<f64>,
+    /// `S(t_{k-1}) - S(t_k)` (0 at `k = 0`).
+    pub default_probability: Vec<f64>,
+    /// `1 - R`.
+    pub lgd: f64,
+}
+
+impl DateFactors {
+    pub fn new(scenario: &Scenario) -> Self {
+        let n_dates = scenario.exposure_dates;
+        let r = scenario.market.rate;
+        let survival: Vec<f64> = (0..=n_dates)
+            .map(|k| scenario.counterparty.hazard.survival(scenario.time(k)))
+            .collect();
+        let time: Vec<f64> = (0..=n_dates).map(|k| scenario.time(k)).collect();
+        Self {
+            discount: time.iter().map(|&t| (-r * t).exp()).collect(),
+            default_probability: (0..=n_dates)
+                .map(|k| {
+                    if k == 0 {
+                        0.0
+                    } else {
+                        survival[k - 1] - survival[k]
+                    }
+                })
+                .collect(),
+            time,
+            lgd: 1.0 - scenario.counterparty.recovery_rate,
+        }
+    }
+
+    /// The profile row of date `k` from its `E[P]`, `E[P^+]`, `E[min(P, 0)]` and PFE.
+    pub fn row(&self, k: usize, ee: f64, epe: f64, ene: f64, pfe: f64) -> ExposureRow {
+        let df = self.discount[k];
+        let default_probability = self.default_probability[k];
+        ExposureRow {
             date_index: k,
-            time: t,
+            time: self.time[k],
             ee,
             epe,
             ene,
@@ -110,26 +145,56 @@ pub fn estimate(scenario: &Scenario, netted: &[f64], outer_paths: usize) -> CvaE
             discount_factor: df,
             discounted_epe: df * epe,
             default_probability,
-            cva_contribution: lgd * df * epe * default_probability,
-        });
+            cva_contribution: self.lgd * df * epe * default_probability,
+        }
+    }
+}
+
+impl CvaEstimate {
+    /// Assembles the estimate from the CVA and `V_0` with their standard errors.
+    pub fn new(profile: Vec<ExposureRow>, cva: (f64, f64), value_t0: (f64, f64)) -> Self {
+        let (cva, cva_std_error) = cva;
+        Self {
+            cva,
+            cva_std_error,
+            cva_ci: (cva - 1.96 * cva_std_error, cva + 1.96 * cva_std_error),
+            value_t0: value_t0.0,
+            value_t0_std_error: value_t0.1,
+            profile,
+        }
+    }
+}
+
+/// Computes the profile and CVA from `netted[k * outer_paths + l]`, `k = 0..=N`.
+/// The reference for the GPU's `gpu_engine::estimate_on_device`, which computes the
+/// same quantities from the values in device memory (sums in another order; the same
+/// order statistics).
+pub fn estimate(scenario: &Scenario, netted: &[f64], outer_paths: usize) -> CvaEstimate {
+    let n_dates = scenario.exposure_dates;
+    let f = DateFactors::new(scenario);
+    let at = |k: usize| &netted[k * outer_paths..(k + 1) * outer_paths];
+    let mut profile = Vec::with_capacity(n_dates + 1);
+    for k in 0..=n_dates {
+        let p = at(k);
+        let inv = 1.0 / outer_paths as f64;
+        let ee = p.iter().sum::<f64>() * inv;
+        let epe = p.iter().map(|v| v.max(0.0)).sum::<f64>() * inv;
+        let ene = p.iter().map(|v| v.min(0.0)).sum::<f64>() * inv;
+        let mut pos: Vec<f64> = p.iter().map(|v| v.max(0.0)).collect();
+        let pfe = quantile(&mut pos, scenario.simulation.pfe_quantile);
+        profile.push(f.row(k, ee, epe, ene, pfe));
     }
     let per_path = (0..outer_paths).map(|l| {
         (1..=n_dates)
             .map(|k| {
-                lgd * profile[k].discount_factor
+                f.lgd
+                    * profile[k].discount_factor
                     * netted[k * outer_paths + l].max(0.0)
                     * profile[k].default_probability
             })
             .sum::<f64>()
     });
-    let (cva, cva_std_error) = mean_std_error(per_path);
-    let (value_t0, value_t0_std_error) = mean_std_error(at(0).iter().copied());
-    CvaEstimate {
-        cva,
-        cva_std_error,
-        cva_ci: (cva - 1.96 * cva_std_error, cva + 1.96 * cva_std_error),
-        value_t0,
-        value_t0_std_error,
-        profile,
-    }
+    let cva = mean_std_error(per_path);
+    let value_t0 = mean_std_error(at(0).iter().copied());
+    CvaEstimate::new(profile, cva, value_t0)
 }

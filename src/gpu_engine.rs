@@ -1,41 +1,57 @@
 //! The nested Monte Carlo engine on one CUDA GPU: the CPU engine ([`crate::engine`])
-//! step for step, with the inner paths, cash flows, regression matrices and solves kept
-//! in device memory.
+//! step for step, with the outer and inner paths, cash flows, regression matrices,
+//! solves, position values and exposure statistics kept in device memory.
 //!
 //! Per chunk of outer paths (sized from the device's free memory, halved on
-//! out-of-memory): outer paths on the device ([`GpuPaths`]) and copied back (the host
-//! decides maturities and exercise along the outer path); per exposure date `t_k`: the
-//! inner paths ([`GpuPaths::inner_paths`], the CPU's Philox streams and layout), the
-//! European values (payoff sums per outer path), and for each American position the
-//! Longstaff–Schwartz backward induction: cash flows at maturity, then per exercise date
-//! `j` the discounted cash flows `y`, the fused build of `A`, `b` and the path counts
-//! ([`GpuRegression`]), the selection of the alive outer paths with `counts >= n`
-//! (counts come back to the host), the batched solve on the device
+//! out-of-memory; the buffers are allocated once for all chunks): outer paths on the
+//! device ([`GpuPaths`]); per exposure date `t_k`: the payoffs of the positions maturing
+//! at `t_k`, the inner paths ([`GpuPaths::inner_paths`], the CPU's Philox streams and
+//! layout), the European values, and for each American position the Longstaff–Schwartz
+//! backward induction: cash flows at maturity, then per exercise date `j` the fused build
+//! of `A`, `b` and the path counts ([`GpuRegression`]) from the discounted cash flows
+//! `y`, the systems not to solve (not alive, or `counts < n`) replaced by `A = I`,
+//! `b = 0`, the batched solve of all of them on the device
 //! ([`GpuBatchSolver::solve_batched_gpu`], the scenario's strategy and parameters, the
-//! escalation memory rule per position and exercise date as on the CPU), and the
-//! exercise update of the cash flows on the device (`cuda/engine.cu`). Only counts,
-//! per-system reports and per-outer-path sums cross the bus during a chunk.
+//! escalation memory rule per position and exercise date as on the CPU), the step's
+//! solver statistics reduced on the device, and the exercise update (fallback means and
+//! the next step's `y` fused in); finally the value at `t_k` (continuation or exercise
+//! along the outer path) added to the netted values, which stay on the device. Nothing
+//! crosses the bus per regression step: once per exposure date the step statistics and
+//! residuals come back (for `solver_stats.parquet` and the memory rule), and at the end
+//! the exposure statistics are reduced on the device
+//! ([`estimate_on_device`]) and only the profile comes back.
 //!
 //! Arithmetic follows the CPU engine (same sums in the same order, no FMA); states
 //! differ from the CPU's by an ulp or two through CUDA's `exp`, `log`, `sin`, `cos`,
 //! which can flip a rare exercise decision or solver branch: results agree with the
-//! CPU's to far below the Monte Carlo error, not bitwise.
+//! CPU's to far below the Monte Carlo error, not bitwise. The exposure statistics sum
+//! over outer paths in another (fixed) order than [`exposure::estimate`].
+//!
+//! Phase timings come from CUDA events between the launches (device time, including
+//! the host's gaps between them); `CVA_GPU_PROFILE=1` also prints them per piece.
 
 use crate::basis::BasisFunctions;
-use crate::engine::{last_maturity_after, pay_maturing, value_or_exercise};
+use crate::engine::last_maturity_after;
 use crate::engine::{NestedSimulation, PhaseTimings, Progress, RegressionStepStats};
+use crate::exposure::{self, CvaEstimate, DateFactors};
 use crate::model::correlation_factor;
 use crate::scenario::{OptionKind, Scenario, Style, Underlying};
-use cva_kernels::cuda::engine::driver::{sys::CUresult, CudaSlice, DriverError};
-use cva_kernels::cuda::engine::{DeviceBasis, DevicePayoff, EngineKernels, StateView};
+use cva_kernels::cuda::engine::driver::{
+    sys::{CUevent_flags, CUresult},
+    CudaContext, CudaEvent, CudaSlice, CudaStream, CudaView, DriverError,
+};
+use cva_kernels::cuda::engine::{
+    DeviceBasis, DevicePayoff, EngineKernels, StateView, StepRecord, STEP_RECORD_WORDS,
+};
 use cva_kernels::cuda::paths::{GpuPaths, MarketSteps};
 use cva_kernels::cuda::regression::{
     GpuOptionKind, GpuPayoff, GpuRegression, GpuUnderlying, RegressionConfig, RegressionSpec,
 };
 use cva_kernels::cuda::{GpuBatchSolver, GpuError, GpuOptions, GpuReal, GpuReport};
-use cva_kernels::{BatchSummary, Method, Status, Strategy, SystemReport};
+use cva_kernels::{BatchSummary, Method, Strategy};
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
 
 /// Share of the device's free memory a chunk may use (the rest: solver workspaces,
 /// fragmentation).
@@ -56,18 +72,175 @@ pub struct GpuEngine<T: GpuReal> {
     /// One per position of the portfolio.
     payoffs: Vec<DevicePayoff>,
     americans: Vec<American<T>>,
-    discount: CudaSlice<f64>,
-    startup: Duration,
+    /// `discount[s] = e^{-r s dt}`, `s = 0..=N`, and its device copy.
+    discount: Vec<f64>,
+    discount_dev: CudaSlice<f64>,
+    startup: std::time::Duration,
 }
 
-/// What one chunk produced, committed only when the whole chunk succeeded.
+/// The phase a piece of device work is timed in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Paths,
+    Build,
+    Solve,
+    Exposure,
+}
+
+/// Device timings from CUDA events recorded between the pieces of work: each mark
+/// closes the interval since the previous one and books it to a phase (and, with
+/// `CVA_GPU_PROFILE=1`, to a named piece, printed to stderr at the end). Intervals are
+/// read at [`PhaseClock::flush`], once per exposure date.
+struct PhaseClock {
+    ctx: Arc<CudaContext>,
+    events: Vec<CudaEvent>,
+    /// `marks[i]` closes the interval from `events[i]` to `events[i + 1]`.
+    marks: Vec<(Phase, &'static str)>,
+    profile: Option<Vec<(&'static str, f64, usize)>>,
+}
+
+impl PhaseClock {
+    fn new(ctx: &Arc<CudaContext>) -> Self {
+        Self {
+            ctx: ctx.clone(),
+            events: Vec::new(),
+            marks: Vec::new(),
+            profile: std::env::var_os("CVA_GPU_PROFILE")
+                .is_some_and(|v| v != "0")
+                .then(Vec::new),
+        }
+    }
+
+    fn record(&mut self, i: usize, stream: &CudaStream) -> Result<(), GpuError> {
+        if self.events.len() <= i {
+            self.events
+                .push(self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?);
+        }
+        self.events[i].record(stream)?;
+        Ok(())
+    }
+
+    /// Starts a new interval now (what was marked and not flushed is dropped).
+    fn start(&mut self, stream: &CudaStream) -> Result<(), GpuError> {
+        self.marks.clear();
+        self.record(0, stream)
+    }
+
+    /// Closes the interval since the last mark as `phase` (`name` in the profile).
+    fn mark(
+        &mut self,
+        stream: &CudaStream,
+        phase: Phase,
+        name: &'static str,
+    ) -> Result<(), GpuError> {
+        self.record(self.marks.len() + 1, stream)?;
+        self.marks.push((phase, name));
+        Ok(())
+    }
+
+    /// Waits for the marked work and books the intervals into `timings`.
+    fn flush(&mut self, timings: &mut PhaseTimings) -> Result<(), GpuError> {
+        let n = self.marks.len();
+        if n == 0 {
+            return Ok(());
+        }
+        for (i, &(phase, name)) in self.marks.iter().enumerate() {
+            let ms = f64::from(self.events[i].elapsed_ms(&self.events[i + 1])?);
+            let d = std::time::Duration::from_secs_f64(ms.max(0.0) * 1e-3);
+            match phase {
+                Phase::Paths => timings.paths += d,
+                Phase::Build => timings.regression_build += d,
+                Phase::Solve => timings.solve += d,
+                Phase::Exposure => timings.exposure += d,
+            }
+            if let Some(p) = &mut self.profile {
+                match p.iter_mut().find(|e| e.0 == name) {
+                    Some(e) => {
+                        e.1 += ms * 1e-3;
+                        e.2 += 1;
+                    }
+                    None => p.push((name, ms * 1e-3, 1)),
+                }
+            }
+        }
+        self.events.swap(0, n);
+        self.marks.clear();
+        Ok(())
+    }
+
+    fn print(&self) {
+        if let Some(p) = &self.profile {
+            let total: f64 = p.iter().map(|e| e.1).sum();
+            eprintln!("GPU engine profile (CUDA events): {total:.4} s in all");
+            for (name, s, n) in p {
+                eprintln!("  {name:<32} {s:>9.4} s {n:>7} intervals");
+            }
+        }
+    }
+}
+
+/// Per-step statistics of one chunk, merged into the run's only when the chunk succeeded.
+#[derive(Default)]
 struct ChunkOutput {
-    /// `[k * c + l]`.
-    values: Vec<f64>,
+    /// `(exposure date, exercise date, summary, residuals, too few paths)`.
     steps: Vec<(usize, usize, BatchSummary, Vec<f32>, usize)>,
     timings: PhaseTimings,
     outer_exercises: usize,
-    start_level: Vec<Vec<Method>>,
+}
+
+/// The device buffers of a chunk of `c` outer paths (allocated once, reused by every
+/// chunk).
+struct ChunkBuffers<T: GpuReal> {
+    c: usize,
+    /// `[l][k][i]`, `k = 0..=N`.
+    outer: CudaSlice<f64>,
+    /// Inner states `[l][s][mm][i]` over the dates after `t_k`.
+    inner: CudaSlice<f64>,
+    cash: CudaSlice<f64>,
+    cash_date: CudaSlice<u32>,
+    y: CudaSlice<f64>,
+    a: CudaSlice<T>,
+    b: CudaSlice<T>,
+    x: CudaSlice<T>,
+    reports: CudaSlice<GpuReport>,
+    counts: CudaSlice<u32>,
+    /// `[p * c + l]`: position `p` alive on outer path `l`.
+    alive: CudaSlice<u8>,
+    /// One [`StepRecord`] per regression step of an exposure date.
+    records: CudaSlice<u64>,
+    /// `[step * c + l]`: residuals of the steps of an exposure date.
+    residuals: CudaSlice<f32>,
+    exercises: CudaSlice<u64>,
+}
+
+/// The summary of a step, as [`BatchSummary::from_reports`] over its reports with the
+/// solver's start level `start` (`start` itself where nothing was solved).
+fn summary_from_record(
+    r: &StepRecord,
+    strategy: Strategy,
+    start: Method,
+    memory_fraction: f64,
+) -> BatchSummary {
+    let systems = r.systems as usize;
+    let mut s = BatchSummary {
+        systems,
+        per_method: r.per_method.map(|v| v as usize),
+        per_status: r.per_status.map(|v| v as usize),
+        discarded_eigenvalues: r.discarded_eigenvalues as usize,
+        max_residual: r.max_residual,
+        next_start: match strategy {
+            Strategy::Escalating => start,
+            _ if systems == 0 => start,
+            _ => Method::Ldlt,
+        },
+    };
+    let threshold = (memory_fraction * systems as f64).max(1.0);
+    for m in Method::ALL {
+        if m > s.next_start && s.per_method[m as usize] as f64 >= threshold {
+            s.next_start = m;
+        }
+    }
+    s
 }
 
 fn gpu_payoff(scenario: &Scenario, p: usize) -> GpuPayoff {
@@ -91,6 +264,51 @@ fn is_out_of_memory(e: &GpuError) -> bool {
         e,
         GpuError::Cuda(DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY))
     )
+}
+
+/// The profile, CVA and `V_0` of the netted values `netted[k * outer_paths + l]`
+/// (`k = 0..=N`) in device memory, as [`exposure::estimate`] computes them on the host:
+/// the sums and Welford states are reduced on the device in a fixed order (so they agree
+/// with the host's to rounding), the PFE's two order statistics are selected exactly
+/// (radix select on the bits of `P^+`) and interpolated on the host as
+/// [`exposure::quantile`] does. Only the per-date numbers are copied back.
+///
+/// # Errors
+/// [`GpuError::Invalid`] for no outer paths or a short buffer, driver errors.
+pub fn estimate_on_device(
+    kernels: &EngineKernels,
+    scenario: &Scenario,
+    netted: &CudaView<f64>,
+    outer_paths: usize,
+) -> Result<CvaEstimate, GpuError> {
+    let dates = scenario.exposure_dates + 1;
+    let f = DateFactors::new(scenario);
+    if outer_paths == 0 {
+        return Err(GpuError::Invalid("no outer paths".into()));
+    }
+    let (lo, hi, h) = exposure::quantile_position(outer_paths, scenario.simulation.pfe_quantile);
+    let ranks = vec![[lo as u64, hi as u64]; dates];
+    let st = kernels.exposure_statistics(
+        netted,
+        (outer_paths, dates),
+        (f.lgd, &f.discount, &f.default_probability),
+        &ranks,
+    )?;
+    let inv = 1.0 / outer_paths as f64;
+    let profile = (0..dates)
+        .map(|k| {
+            let [s, sp, sn] = st.sums[k];
+            let [x_lo, x_hi] = st.order_statistics[k];
+            let pfe = exposure::interpolate_quantile(x_lo, x_hi, lo, h);
+            f.row(k, s * inv, sp * inv, sn * inv, pfe)
+        })
+        .collect();
+    let welford = |w: [f64; 3]| exposure::welford_mean_std_error(w[0] as usize, w[1], w[2]);
+    Ok(CvaEstimate::new(
+        profile,
+        welford(st.cva),
+        welford(st.value_t0),
+    ))
 }
 
 impl<T: GpuReal> GpuEngine<T> {
@@ -187,7 +405,7 @@ impl<T: GpuReal> GpuEngine<T> {
         let discount: Vec<f64> = (0..=n_dates)
             .map(|s| (-scenario.market.rate * dt * s as f64).exp())
             .collect();
-        let discount = stream.clone_htod(&discount)?;
+        let discount_dev = stream.clone_htod(&discount)?;
         stream.synchronize()?;
         Ok(Self {
             solver,
@@ -196,6 +414,7 @@ impl<T: GpuReal> GpuEngine<T> {
             payoffs,
             americans,
             discount,
+            discount_dev,
             startup: t0.elapsed(),
         })
     }
@@ -206,8 +425,13 @@ impl<T: GpuReal> GpuEngine<T> {
     }
 
     /// Time [`GpuEngine::new`] took (context, NVRTC compiles, uploads).
-    pub fn startup_time(&self) -> Duration {
+    pub fn startup_time(&self) -> std::time::Duration {
         self.startup
+    }
+
+    /// The engine kernels (for [`estimate_on_device`] on other data).
+    pub fn kernels(&self) -> &EngineKernels {
+        &self.kernels
     }
 
     /// Device bytes per outer path of a chunk.
@@ -219,22 +443,67 @@ impl<T: GpuReal> GpuEngine<T> {
         );
         let nmax = self.americans.iter().map(|a| a.n).max().unwrap_or(1);
         let es = std::mem::size_of::<T>();
-        let steps = scenario
+        let steps = self.max_steps(scenario);
+        steps * m * d * 8
+            + (n_dates + 1) * d * 8
+            + m * (8 + 4 + 8)
+            + (nmax * nmax + 2 * nmax) * es
+            + std::mem::size_of::<GpuReport>()
+            + 4
+            + scenario.portfolio.len()
+            + self.step_capacity(scenario) * 4
+            + 64
+    }
+
+    /// Dates the inner paths of one exposure date span at most.
+    fn max_steps(&self, scenario: &Scenario) -> usize {
+        scenario
             .portfolio
             .iter()
             .map(|p| p.maturity_index)
             .max()
-            .unwrap_or(0);
-        steps * m * d * 8
-            + (n_dates + 1) * d * 8
-            + m * (8 + 4 + 8)
-            + 2 * (nmax * nmax + nmax) * es
-            + nmax * es
-            + std::mem::size_of::<GpuReport>()
-            + 64
+            .unwrap_or(0)
+            .max(1)
     }
 
-    /// Runs the nested simulation of `scenario` (the one given to [`GpuEngine::new`]).
+    /// Regression steps of one exposure date at most (all American positions).
+    fn step_capacity(&self, scenario: &Scenario) -> usize {
+        (self.americans.len() * scenario.exposure_dates).max(1)
+    }
+
+    fn buffers(&self, scenario: &Scenario, c: usize) -> Result<ChunkBuffers<T>, GpuError> {
+        let stream = self.solver.stream();
+        let (n_dates, m, d) = (
+            scenario.exposure_dates,
+            scenario.simulation.inner_paths,
+            scenario.market.assets.len(),
+        );
+        let nmax = self.americans.iter().map(|a| a.n).max().unwrap_or(1);
+        let cap = self.step_capacity(scenario);
+        Ok(ChunkBuffers {
+            c,
+            outer: stream.alloc_zeros(c * (n_dates + 1) * d)?,
+            // SAFETY: plain f64 storage; every element a kernel reads was written by
+            // `GpuPaths::inner_paths` for the same exposure date first.
+            inner: unsafe { stream.alloc(c * self.max_steps(scenario) * m * d) }?,
+            cash: stream.alloc_zeros(c * m)?,
+            cash_date: stream.alloc_zeros(c * m)?,
+            y: stream.alloc_zeros(c * m)?,
+            a: stream.alloc_zeros(c * nmax * nmax)?,
+            b: stream.alloc_zeros(c * nmax)?,
+            x: stream.alloc_zeros(c * nmax)?,
+            reports: stream.alloc_zeros(c)?,
+            counts: stream.alloc_zeros(c)?,
+            alive: stream.alloc_zeros(scenario.portfolio.len().max(1) * c)?,
+            records: stream.alloc_zeros(cap * STEP_RECORD_WORDS)?,
+            residuals: stream.alloc_zeros(cap * c)?,
+            exercises: stream.alloc_zeros(1)?,
+        })
+    }
+
+    /// Runs the nested simulation of `scenario` (the one given to [`GpuEngine::new`]) and
+    /// its estimate ([`estimate_on_device`]). The netted values stay on the device:
+    /// `netted_values` of the result is empty.
     ///
     /// # Errors
     /// Driver, launch or allocation errors (out-of-memory is retried with smaller chunks
@@ -243,33 +512,59 @@ impl<T: GpuReal> GpuEngine<T> {
         &self,
         scenario: &Scenario,
         progress: &dyn Progress,
-    ) -> Result<NestedSimulation, GpuError> {
+    ) -> Result<(NestedSimulation, CvaEstimate), GpuError> {
         let m0 = scenario.simulation.outer_paths;
         let n_dates = scenario.exposure_dates;
+        let stream = self.solver.stream();
+        let mut clock = PhaseClock::new(self.solver.context());
+        let mut netted = stream.alloc_zeros::<f64>((n_dates + 1) * m0.max(1))?;
         let (free, _) = self.solver.context().mem_get_info()?;
         let mut chunk = ((free as f64 * MEMORY_SHARE) as usize / self.bytes_per_path(scenario))
             .clamp(1, m0.max(1));
-        let mut netted = vec![0.0; (n_dates + 1) * m0];
         let mut start_level = vec![vec![Method::Ldlt; n_dates + 1]; self.americans.len()];
         let mut timings = PhaseTimings::default();
         let mut outer_exercises = 0;
         let mut steps: Vec<RegressionStepStats> = Vec::new();
         let mut index: HashMap<(usize, usize), usize> = HashMap::new();
+        let mut bufs: Option<ChunkBuffers<T>> = None;
         let mut c0 = 0;
         while c0 < m0 {
             let c = chunk.min(m0 - c0);
+            if bufs.as_ref().is_none_or(|b| b.c < c) {
+                bufs = None;
+                match self.buffers(scenario, chunk) {
+                    Ok(b) => bufs = Some(b),
+                    Err(e) if is_out_of_memory(&e) && chunk > 1 => {
+                        chunk /= 2;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            let Some(b) = bufs.as_mut() else {
+                unreachable!("buffers allocated above")
+            };
             progress.chunk_started(c, n_dates);
-            let out = match self.chunk(scenario, c0, c, start_level.clone(), progress) {
-                Ok(out) => out,
+            let mut out = ChunkOutput::default();
+            let mut levels = start_level.clone();
+            clock.start(stream)?;
+            match self.chunk(
+                scenario,
+                b,
+                &mut netted,
+                (m0, c0, c),
+                &mut levels,
+                progress,
+                &mut clock,
+                &mut out,
+            ) {
+                Ok(()) => {}
                 Err(e) if is_out_of_memory(&e) && c > 1 => {
                     chunk = c / 2;
+                    bufs = None;
                     continue;
                 }
                 Err(e) => return Err(e),
-            };
-            for k in 0..=n_dates {
-                netted[k * m0 + c0..k * m0 + c0 + c]
-                    .copy_from_slice(&out.values[k * c..(k + 1) * c]);
             }
             for (k, j, summary, residuals, too_few) in out.steps {
                 let idx = *index.entry((k, j)).or_insert_with(|| {
@@ -290,31 +585,44 @@ impl<T: GpuReal> GpuEngine<T> {
             timings.solve += out.timings.solve;
             timings.exposure += out.timings.exposure;
             outer_exercises += out.outer_exercises;
-            start_level = out.start_level;
+            start_level = levels;
             progress.chunk_done(c);
             c0 += c;
         }
+        drop(bufs);
+        clock.start(stream)?;
+        let estimate = estimate_on_device(&self.kernels, scenario, &netted.as_view(), m0)?;
+        clock.mark(stream, Phase::Exposure, "exposure statistics")?;
+        clock.flush(&mut timings)?;
+        clock.print();
         steps.sort_by_key(|s| (s.exposure_date, s.exercise_date));
-        Ok(NestedSimulation {
-            netted_values: netted,
-            outer_paths: m0,
-            steps,
-            timings,
-            outer_exercises,
-            captured: None,
-        })
+        Ok((
+            NestedSimulation {
+                netted_values: Vec::new(),
+                outer_paths: m0,
+                steps,
+                timings,
+                outer_exercises,
+                captured: None,
+            },
+            estimate,
+        ))
     }
 
-    /// Outer paths `c0..c0+c`, all dates.
-    #[allow(clippy::too_many_lines)]
+    /// Outer paths `c0..c0+c` of `m0`, all dates: netted values into
+    /// `netted[k * m0 + c0 + l]`, statistics into `out`.
+    #[allow(clippy::too_many_lines, clippy::too_many_arguments)]
     fn chunk(
         &self,
         scenario: &Scenario,
-        c0: usize,
-        c: usize,
-        mut start_level: Vec<Vec<Method>>,
+        bufs: &mut ChunkBuffers<T>,
+        netted: &mut CudaSlice<f64>,
+        (m0, c0, c): (usize, usize, usize),
+        start_level: &mut [Vec<Method>],
         progress: &dyn Progress,
-    ) -> Result<ChunkOutput, GpuError> {
+        clock: &mut PhaseClock,
+        out: &mut ChunkOutput,
+    ) -> Result<(), GpuError> {
         let sim = &scenario.simulation;
         let positions = &scenario.portfolio;
         let stream = self.solver.stream();
@@ -323,79 +631,99 @@ impl<T: GpuReal> GpuEngine<T> {
             sim.inner_paths,
             scenario.market.assets.len(),
         );
-        let nmax = self.americans.iter().map(|a| a.n).max().unwrap_or(1);
-        let max_steps = positions
-            .iter()
-            .map(|p| p.maturity_index)
-            .max()
-            .unwrap_or(0)
-            .max(1);
-        let discount_host: Vec<f64> = (0..=n_dates)
-            .map(|s| (-scenario.market.rate * (scenario.horizon / n_dates as f64) * s as f64).exp())
-            .collect();
-        let mut timings = PhaseTimings::default();
-        let mut steps_out = Vec::new();
-        let mut outer_exercises = 0;
+        let outer_stride = (n_dates + 1) * d;
+        let discount = self.discount_dev.as_view();
+        let timings = &mut out.timings;
+        let b = bufs;
 
-        let t = Instant::now();
-        let mut outer_dev = stream.alloc_zeros::<f64>(c * (n_dates + 1) * d)?;
-        self.paths
-            .outer_paths(c0 as u32, c, n_dates, &mut outer_dev.as_view_mut())?;
-        let outer = stream.clone_dtoh(&outer_dev)?;
-        timings.paths += t.elapsed();
-        let state = |l: usize, k: usize| &outer[(l * (n_dates + 1) + k) * d..][..d];
+        self.paths.outer_paths(
+            c0 as u32,
+            c,
+            n_dates,
+            &mut b.outer.slice_mut(0..c * outer_stride),
+        )?;
+        let ones = vec![1u8; positions.len() * c];
+        stream.memcpy_htod(&ones, &mut b.alive.slice_mut(0..positions.len() * c))?;
+        stream.memset_zeros(&mut b.exercises)?;
+        clock.mark(stream, Phase::Paths, "outer paths")?;
 
-        // Device buffers of the chunk.
-        let mut inner_dev = stream.alloc_zeros::<f64>(c * max_steps * m * d)?;
-        let mut cash = stream.alloc_zeros::<f64>(c * m)?;
-        let mut cash_date = stream.alloc_zeros::<u32>(c * m)?;
-        let mut y = stream.alloc_zeros::<f64>(c * m)?;
-        let mut a_full = stream.alloc_zeros::<T>(c * nmax * nmax)?;
-        let mut b_full = stream.alloc_zeros::<T>(c * nmax)?;
-        let mut a_sel = stream.alloc_zeros::<T>(c * nmax * nmax)?;
-        let mut b_sel = stream.alloc_zeros::<T>(c * nmax)?;
-        let mut x = stream.alloc_zeros::<T>(c * nmax)?;
-        let mut reports = stream.alloc_zeros::<GpuReport>(c)?;
-        let mut counts = stream.alloc_zeros::<u32>(c)?;
-        let mut beta_slot_dev = stream.alloc_zeros::<i32>(c)?;
-        let mut idx_dev = stream.alloc_zeros::<u32>(c)?;
-        let mut mean = stream.alloc_zeros::<f64>(c)?;
-        let mut sums = stream.alloc_zeros::<f64>(c)?;
-        let mut alive_dev = stream.alloc_zeros::<u8>(c)?;
-
-        let mut values_all = vec![0.0; (n_dates + 1) * c];
-        let mut alive = vec![true; positions.len() * c];
         for k in 0..=n_dates {
-            let t = Instant::now();
-            let mut values = vec![0.0; c];
-            pay_maturing(positions, k, &mut alive, |l| state(l, k), &mut values);
-            timings.exposure += t.elapsed();
-            let last = last_maturity_after(positions, k);
-            if let Some(last) = last {
-                let steps = last - k;
-                let stride = steps * m * d;
-                let t = Instant::now();
-                self.paths.inner_paths(
-                    c0 as u32,
-                    k as u32,
-                    &outer_dev.slice(k * d..),
-                    (n_dates + 1) * d,
+            let mut values = netted.slice_mut(k * m0 + c0..k * m0 + c0 + c);
+            stream.memset_zeros(&mut values)?;
+            let outer_k = b.outer.slice(k * d..c * outer_stride);
+            for (p, pos) in positions.iter().enumerate() {
+                if pos.maturity_index == k {
+                    self.kernels.pay_maturing(
+                        (&outer_k, outer_stride, d),
+                        &self.payoffs[p],
+                        pos.quantity,
+                        &mut b.alive.slice_mut(p * c..(p + 1) * c),
+                        &mut values,
+                    )?;
+                }
+            }
+            clock.mark(stream, Phase::Exposure, "pay maturing")?;
+            let Some(last) = last_maturity_after(positions, k) else {
+                clock.flush(timings)?;
+                if k < n_dates {
+                    progress.date_done();
+                }
+                continue;
+            };
+            let steps = last - k;
+            let stride = steps * m * d;
+            self.paths.inner_paths(
+                c0 as u32,
+                k as u32,
+                &b.outer.slice(k * d..),
+                outer_stride,
+                c,
+                m,
+                steps,
+                &mut b.inner.slice_mut(0..c * stride),
+            )?;
+            clock.mark(stream, Phase::Paths, "inner paths")?;
+            let inner = &b.inner;
+            let at = |j: usize| inner.slice((j - k - 1) * m * d..c * stride);
+
+            // European positions: discounted payoff averages.
+            for (p, pos) in positions.iter().enumerate() {
+                if pos.style != Style::European || pos.maturity_index <= k {
+                    continue;
+                }
+                let mi = pos.maturity_index;
+                let states = at(mi);
+                let view = StateView {
+                    states: &states,
+                    stride,
                     c,
                     m,
-                    steps,
-                    &mut inner_dev.slice_mut(0..c * stride),
+                    d,
+                };
+                self.kernels.european(
+                    view,
+                    &self.payoffs[p],
+                    &b.alive.slice(p * c..(p + 1) * c),
+                    (pos.quantity, self.discount[mi - k]),
+                    &mut values,
                 )?;
-                stream.synchronize()?;
-                timings.paths += t.elapsed();
-                let at = |j: usize| inner_dev.slice((j - k - 1) * m * d..c * stride);
+                clock.mark(stream, Phase::Exposure, "european values")?;
+            }
 
-                // European positions: discounted payoff averages.
-                let t = Instant::now();
-                for (p, pos) in positions.iter().enumerate() {
-                    if pos.style != Style::European || pos.maturity_index <= k {
-                        continue;
-                    }
-                    let mi = pos.maturity_index;
+            // American positions: backward induction on the inner paths.
+            let mut date_steps: Vec<(usize, usize, Method)> = Vec::new();
+            stream.memset_zeros(&mut b.records)?;
+            for (a, am) in self.americans.iter().enumerate() {
+                let p = am.position;
+                let pos = &positions[p];
+                let mi = pos.maturity_index;
+                if mi <= k {
+                    continue;
+                }
+                let n = am.n;
+                let payoff = &self.payoffs[p];
+                let alive = b.alive.slice(p * c..(p + 1) * c);
+                {
                     let states = at(mi);
                     let view = StateView {
                         states: &states,
@@ -404,239 +732,230 @@ impl<T: GpuReal> GpuEngine<T> {
                         m,
                         d,
                     };
-                    self.kernels
-                        .payoff_sums(view, &self.payoffs[p], &mut sums.slice_mut(0..c))?;
-                    let sums_h = stream.clone_dtoh(&sums.slice(0..c))?;
-                    let df = discount_host[mi - k];
-                    for (l, v) in values.iter_mut().enumerate() {
-                        if alive[p * c + l] {
-                            *v += pos.quantity * df * sums_h[l] / m as f64;
-                        }
-                    }
-                }
-                timings.exposure += t.elapsed();
-
-                for (a, am) in self.americans.iter().enumerate() {
-                    let pos = &positions[am.position];
-                    let mi = pos.maturity_index;
-                    if mi <= k {
-                        continue;
-                    }
-                    let n = am.n;
-                    let payoff = &self.payoffs[am.position];
-                    let t = Instant::now();
-                    let alive_h: Vec<u8> = alive[am.position * c..(am.position + 1) * c]
-                        .iter()
-                        .map(|&b| u8::from(b))
-                        .collect();
-                    stream.memcpy_htod(&alive_h, &mut alive_dev.slice_mut(0..c))?;
-                    {
-                        let states = at(mi);
-                        let view = StateView {
-                            states: &states,
-                            stride,
-                            c,
-                            m,
-                            d,
-                        };
-                        self.kernels.cash_init(
-                            view,
-                            payoff,
-                            mi as u32,
-                            &mut cash.slice_mut(0..c * m),
-                            &mut cash_date.slice_mut(0..c * m),
-                        )?;
-                    }
-                    timings.exposure += t.elapsed();
-                    for j in (k + 1..mi).rev() {
-                        let start = start_level[a][j];
-                        let states = at(j);
-                        let view = StateView {
-                            states: &states,
-                            stride,
-                            c,
-                            m,
-                            d,
-                        };
-                        // y, then the fused build of A, b and the counts.
-                        let t = Instant::now();
-                        self.kernels.discounted_cash(
-                            &cash.slice(0..c * m),
-                            &cash_date.slice(0..c * m),
-                            &self.discount.as_view(),
-                            j as u32,
-                            &mut y.slice_mut(0..c * m),
-                        )?;
-                        am.regression.build(
-                            &states,
-                            stride,
-                            &y.slice(0..c * m),
-                            c,
-                            &mut a_full.slice_mut(0..c * n * n),
-                            &mut b_full.slice_mut(0..c * n),
-                            &mut counts.slice_mut(0..c),
-                        )?;
-                        let counts_h = stream.clone_dtoh(&counts.slice(0..c))?;
-                        let counts_h: Vec<usize> = counts_h
-                            .iter()
-                            .zip(&alive_h)
-                            .map(|(&n_l, &al)| if al != 0 { n_l as usize } else { 0 })
-                            .collect();
-                        let solved: Vec<u32> = (0..c)
-                            .filter(|&l| counts_h[l] >= n)
-                            .map(|l| l as u32)
-                            .collect();
-                        let batch = solved.len();
-                        timings.regression_build += t.elapsed();
-
-                        // The batched solve of the selected systems.
-                        let t = Instant::now();
-                        let (summary, sys_reports) = if batch > 0 {
-                            let (a_src, b_src) = if batch == c {
-                                (&a_full, &b_full)
-                            } else {
-                                stream.memcpy_htod(&solved, &mut idx_dev.slice_mut(0..batch))?;
-                                self.kernels.gather::<T>(
-                                    n,
-                                    &a_full.slice(0..c * n * n),
-                                    &b_full.slice(0..c * n),
-                                    &solved,
-                                    &idx_dev.slice(0..batch),
-                                    &mut a_sel.slice_mut(0..batch * n * n),
-                                    &mut b_sel.slice_mut(0..batch * n),
-                                )?;
-                                (&a_sel, &b_sel)
-                            };
-                            let options = GpuOptions {
-                                start,
-                                ..GpuOptions::default()
-                            };
-                            self.solver.solve_batched_gpu::<T>(
-                                n,
-                                &a_src.slice(0..batch * n * n),
-                                &b_src.slice(0..batch * n),
-                                &mut x.slice_mut(0..batch * n),
-                                &mut reports.slice_mut(0..batch),
-                                sim.strategy,
-                                &sim.solver_params,
-                                &options,
-                            )?;
-                            let reps: Vec<SystemReport> = stream
-                                .clone_dtoh(&reports.slice(0..batch))?
-                                .into_iter()
-                                .map(GpuReport::to_system_report)
-                                .collect();
-                            let start_eff = match sim.strategy {
-                                Strategy::Escalating => start,
-                                _ => Method::Ldlt,
-                            };
-                            (
-                                BatchSummary::from_reports(
-                                    &reps,
-                                    start_eff,
-                                    sim.solver_params.memory_fraction,
-                                ),
-                                reps,
-                            )
-                        } else {
-                            (BatchSummary::from_reports(&[], start, 1.0), Vec::new())
-                        };
-                        timings.solve += t.elapsed();
-
-                        // Exercise decisions on the inner paths.
-                        let t = Instant::now();
-                        let mut beta_slot = vec![-1i32; c];
-                        for (s, &l) in solved.iter().enumerate() {
-                            if sys_reports[s].status == Status::Ok {
-                                beta_slot[l as usize] = s as i32;
-                            }
-                        }
-                        stream.memcpy_htod(&beta_slot, &mut beta_slot_dev.slice_mut(0..c))?;
-                        self.kernels.fallback_means(
-                            view,
-                            payoff,
-                            sim.itm_only,
-                            &cash.slice(0..c * m),
-                            &cash_date.slice(0..c * m),
-                            &self.discount.as_view(),
-                            j as u32,
-                            &alive_dev.slice(0..c),
-                            &counts.slice(0..c),
-                            &beta_slot_dev.slice(0..c),
-                            &mut mean.slice_mut(0..c),
-                        )?;
-                        self.kernels.exercise::<T>(
-                            view,
-                            payoff,
-                            &am.basis,
-                            &x.slice(0..c * nmax),
-                            &beta_slot,
-                            &beta_slot_dev.slice(0..c),
-                            &alive_dev.slice(0..c),
-                            &counts.slice(0..c),
-                            &mean.slice(0..c),
-                            j as u32,
-                            &mut cash.slice_mut(0..c * m),
-                            &mut cash_date.slice_mut(0..c * m),
-                        )?;
-                        stream.synchronize()?;
-                        let too_few = (0..c)
-                            .filter(|&l| counts_h[l] > 0 && counts_h[l] < n)
-                            .count();
-                        timings.exposure += t.elapsed();
-                        start_level[a][j] = summary.next_start;
-                        let residuals = sys_reports
-                            .iter()
-                            .filter(|r| !r.residual.is_nan())
-                            .map(|r| r.residual as f32)
-                            .collect();
-                        steps_out.push((k, j, summary, residuals, too_few));
-                    }
-
-                    // Value at t_k: continuation, or exercise along the outer path.
-                    let t = Instant::now();
-                    self.kernels.discounted_means(
-                        &cash.slice(0..c * m),
-                        &cash_date.slice(0..c * m),
-                        &self.discount.as_view(),
-                        k as u32,
-                        m,
-                        &mut sums.slice_mut(0..c),
+                    self.kernels.cash_init(
+                        view,
+                        payoff,
+                        mi as u32,
+                        (mi - 1 > k).then(|| (mi - 1) as u32),
+                        &discount,
+                        &mut b.cash.slice_mut(0..c * m),
+                        &mut b.cash_date.slice_mut(0..c * m),
+                        &mut b.y.slice_mut(0..c * m),
                     )?;
-                    let continuation = stream.clone_dtoh(&sums.slice(0..c))?;
-                    outer_exercises += value_or_exercise(
-                        pos,
-                        k,
-                        |l| state(l, k),
-                        |l| continuation[l],
-                        &mut alive[am.position * c..(am.position + 1) * c],
-                        &mut values,
-                    );
-                    timings.exposure += t.elapsed();
                 }
+                clock.mark(stream, Phase::Exposure, "cash init")?;
+                for j in (k + 1..mi).rev() {
+                    let start = start_level[a][j];
+                    let s = date_steps.len();
+                    let states = at(j);
+                    let view = StateView {
+                        states: &states,
+                        stride,
+                        c,
+                        m,
+                        d,
+                    };
+                    am.regression.build(
+                        &states,
+                        stride,
+                        &b.y.slice(0..c * m),
+                        c,
+                        &mut b.a.slice_mut(0..c * n * n),
+                        &mut b.b.slice_mut(0..c * n),
+                        &mut b.counts.slice_mut(0..c),
+                    )?;
+                    self.kernels.select::<T>(
+                        n,
+                        &alive,
+                        &b.counts.slice(0..c),
+                        &mut b.a.slice_mut(0..c * n * n),
+                        &mut b.b.slice_mut(0..c * n),
+                    )?;
+                    clock.mark(stream, Phase::Build, "regression build + select")?;
+
+                    let options = GpuOptions {
+                        start,
+                        ..GpuOptions::default()
+                    };
+                    self.solver.solve_batched_gpu::<T>(
+                        n,
+                        &b.a.slice(0..c * n * n),
+                        &b.b.slice(0..c * n),
+                        &mut b.x.slice_mut(0..c * n),
+                        &mut b.reports.slice_mut(0..c),
+                        sim.strategy,
+                        &sim.solver_params,
+                        &options,
+                    )?;
+                    clock.mark(stream, Phase::Solve, "solve")?;
+                    self.kernels.step_summary(
+                        n,
+                        &b.reports.slice(0..c),
+                        &alive,
+                        &b.counts.slice(0..c),
+                        &mut b
+                            .records
+                            .slice_mut(s * STEP_RECORD_WORDS..(s + 1) * STEP_RECORD_WORDS),
+                        &mut b.residuals.slice_mut(s * c..(s + 1) * c),
+                    )?;
+                    clock.mark(stream, Phase::Solve, "step statistics")?;
+
+                    self.kernels.exercise::<T>(
+                        view,
+                        payoff,
+                        sim.itm_only,
+                        &am.basis,
+                        &b.x.slice(0..c * n),
+                        &b.reports.slice(0..c),
+                        &alive,
+                        &b.counts.slice(0..c),
+                        &discount,
+                        (j as u32, (j - 1 > k).then(|| (j - 1) as u32)),
+                        &mut b.y.slice_mut(0..c * m),
+                        &mut b.cash.slice_mut(0..c * m),
+                        &mut b.cash_date.slice_mut(0..c * m),
+                    )?;
+                    clock.mark(stream, Phase::Exposure, "exercise")?;
+                    date_steps.push((a, j, start));
+                }
+
+                // Value at t_k: continuation, or exercise along the outer path.
+                self.kernels.american_value(
+                    (&b.cash.slice(0..c * m), &b.cash_date.slice(0..c * m)),
+                    &discount,
+                    (k as u32, m),
+                    (&outer_k, outer_stride, d),
+                    payoff,
+                    (pos.quantity, k >= 1),
+                    &mut b.alive.slice_mut(p * c..(p + 1) * c),
+                    &mut values,
+                    &mut b.exercises.as_view_mut(),
+                )?;
+                clock.mark(stream, Phase::Exposure, "american value")?;
             }
-            values_all[k * c..(k + 1) * c].copy_from_slice(&values);
+
+            // The date's step statistics (one copy per exposure date).
+            if !date_steps.is_empty() {
+                let ns = date_steps.len();
+                let words = stream.clone_dtoh(&b.records.slice(0..ns * STEP_RECORD_WORDS))?;
+                let residuals = stream.clone_dtoh(&b.residuals.slice(0..ns * c))?;
+                for (s, &(a, j, start)) in date_steps.iter().enumerate() {
+                    let r = StepRecord::from_words(
+                        &words[s * STEP_RECORD_WORDS..(s + 1) * STEP_RECORD_WORDS],
+                    );
+                    let summary = summary_from_record(
+                        &r,
+                        sim.strategy,
+                        start,
+                        sim.solver_params.memory_fraction,
+                    );
+                    start_level[a][j] = summary.next_start;
+                    let res: Vec<f32> = residuals[s * c..(s + 1) * c]
+                        .iter()
+                        .copied()
+                        .filter(|v| !v.is_nan())
+                        .collect();
+                    out.steps
+                        .push((k, j, summary, res, r.too_few_paths as usize));
+                }
+                clock.mark(stream, Phase::Exposure, "step statistics copy")?;
+            }
+            clock.flush(timings)?;
             if k < n_dates {
                 progress.date_done();
             }
         }
-        Ok(ChunkOutput {
-            values: values_all,
-            steps: steps_out,
-            timings,
-            outer_exercises,
-            start_level,
-        })
+        out.outer_exercises = stream.clone_dtoh(&b.exercises)?[0] as usize;
+        Ok(())
     }
 }
 
-/// Start-up and simulation in one call (see [`GpuEngine`]).
+/// Start-up, simulation and estimate in one call (see [`GpuEngine`]).
 ///
 /// # Errors
 /// As [`GpuEngine::new`] and [`GpuEngine::simulate`].
 pub fn simulate_gpu<T: GpuReal>(
     scenario: &Scenario,
     progress: &dyn Progress,
-) -> Result<NestedSimulation, GpuError> {
+) -> Result<(NestedSimulation, CvaEstimate), GpuError> {
     GpuEngine::<T>::new(scenario)?.simulate(scenario, progress)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cva_kernels::{Status, SystemReport};
+
+    /// The summary from device-style counts equals `BatchSummary::from_reports`.
+    #[test]
+    fn summary_from_record_matches_from_reports() {
+        let mut seed = 7u64;
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) as usize
+        };
+        for case in 0..200 {
+            let len = next() % 40;
+            let reports: Vec<SystemReport> = (0..len)
+                .map(|_| SystemReport {
+                    method: Method::ALL[next() % 3],
+                    status: Status::ALL[if next() % 5 == 0 { next() % 4 } else { 0 }],
+                    residual: if next() % 17 == 0 {
+                        f64::NAN
+                    } else {
+                        (next() % 1000) as f64 * 1e-18
+                    },
+                    discarded: (next() % 3) as u32,
+                })
+                .collect();
+            let mut r = StepRecord {
+                systems: len as u64,
+                ..Default::default()
+            };
+            let mut nan = false;
+            for rep in &reports {
+                r.per_method[rep.method as usize] += 1;
+                r.per_status[rep.status as usize] += 1;
+                r.discarded_eigenvalues += u64::from(rep.discarded);
+                if rep.status == Status::Ok {
+                    if rep.residual.is_nan() {
+                        nan = true;
+                    } else {
+                        r.max_residual = r.max_residual.max(rep.residual);
+                    }
+                }
+            }
+            if nan {
+                r.max_residual = f64::NAN;
+            }
+            let start = Method::ALL[case % 3];
+            for strategy in [Strategy::Escalating, Strategy::Ldlt] {
+                let fraction = [0.0, 0.3, 0.5, 1.0][case % 4];
+                let expect = if len == 0 {
+                    BatchSummary::from_reports(&[], start, 1.0)
+                } else {
+                    let s = match strategy {
+                        Strategy::Escalating => start,
+                        _ => Method::Ldlt,
+                    };
+                    BatchSummary::from_reports(&reports, s, fraction)
+                };
+                let got = summary_from_record(&r, strategy, start, fraction);
+                assert_eq!(got.systems, expect.systems);
+                assert_eq!(got.per_method, expect.per_method);
+                assert_eq!(got.per_status, expect.per_status);
+                assert_eq!(got.discarded_eigenvalues, expect.discarded_eigenvalues);
+                assert_eq!(got.next_start, expect.next_start, "case {case}");
+                assert!(
+                    got.max_residual.to_bits() == expect.max_residual.to_bits()
+                        || (got.max_residual.is_nan() && expect.max_residual.is_nan()),
+                    "case {case}: {} {}",
+                    got.max_residual,
+                    expect.max_residual
+                );
+            }
+        }
+    }
 }

@@ -70,7 +70,7 @@ impl StartedGpu {
         &self,
         scenario: &Scenario,
         progress: &dyn Progress,
-    ) -> Result<NestedSimulation, cva_kernels::cuda::GpuError> {
+    ) -> Result<(NestedSimulation, CvaEstimate), cva_kernels::cuda::GpuError> {
         match self {
             Self::F64(e) => e.simulate(scenario, progress),
             Self::F32(e) => e.simulate(scenario, progress),
@@ -138,13 +138,15 @@ pub fn run_with(
             Err(e) => bail!("backend gpu: the GPU failed to start: {e}"),
         },
     };
-    let (simulation, threads, backend, device, start) = match &gpu {
+    // The GPU engine estimates on the device (its netted values stay there); the CPU's
+    // netted values go through `exposure::estimate`.
+    let (simulation, gpu_estimate, threads, backend, device, start) = match &gpu {
         Some(g) => {
             let start = Instant::now();
-            let simulation = g
+            let (simulation, estimate) = g
                 .simulate(scenario, progress)
                 .map_err(|e| anyhow!("GPU engine failed during the run: {e}"))?;
-            (simulation, 1, "gpu", g.name(), start)
+            (simulation, Some(estimate), 1, "gpu", g.name(), start)
         }
         None => {
             let pool = rayon::ThreadPoolBuilder::new()
@@ -156,10 +158,12 @@ pub fn run_with(
                 Precision::F64 => engine::simulate::<f64>(scenario, progress, None),
                 Precision::F32 => engine::simulate::<f32>(scenario, progress, None),
             });
-            (simulation, threads, "cpu", "cpu".to_string(), start)
+            (simulation, None, threads, "cpu", "cpu".to_string(), start)
         }
     };
-    let estimate = exposure::estimate(scenario, &simulation.netted_values, simulation.outer_paths);
+    let estimate = gpu_estimate.unwrap_or_else(|| {
+        exposure::estimate(scenario, &simulation.netted_values, simulation.outer_paths)
+    });
     let wall = start.elapsed().as_secs_f64();
     let mut total = cva_kernels::BatchSummary::default();
     let mut too_few = 0;

@@ -18,12 +18,68 @@ fn epe(dir: &Path) -> Vec<f64> {
         .collect()
 }
 
+fn read_frame(path: &Path) -> DataFrame {
+    ParquetReader::new(std::fs::File::open(path).unwrap())
+        .finish()
+        .unwrap()
+}
+
+fn u64_column(df: &DataFrame, name: &str) -> Vec<u64> {
+    df.column(name)
+        .unwrap()
+        .u64()
+        .unwrap()
+        .into_no_null_iter()
+        .collect()
+}
+
+/// `solver_stats.parquet` of both backends: the same columns and steps; prints the
+/// steps whose counts differ (a flipped exercise decision can move a few systems).
+/// Returns the number of differing counts.
+fn compare_solver_stats(file: &str, gpu: &Path, cpu: &Path) -> usize {
+    let (g, c) = (
+        read_frame(&gpu.join("solver_stats.parquet")),
+        read_frame(&cpu.join("solver_stats.parquet")),
+    );
+    assert_eq!(g.get_column_names(), c.get_column_names(), "{file}");
+    assert_eq!(g.height(), c.height(), "{file}: solver_stats rows");
+    let mut differing = 0;
+    for name in g.get_column_names() {
+        let name = name.as_str();
+        if name.starts_with("residual") {
+            continue;
+        }
+        let (a, b) = (u64_column(&g, name), u64_column(&c, name));
+        for (row, (x, y)) in a.iter().zip(&b).enumerate() {
+            if x != y {
+                differing += 1;
+                println!("  {file} solver_stats row {row} {name}: gpu {x} cpu {y}");
+            }
+        }
+    }
+    let gr: Vec<f64> = g
+        .column("residual_max")
+        .unwrap()
+        .f64()
+        .unwrap()
+        .into_no_null_iter()
+        .collect();
+    let nonzero = gr.iter().filter(|&&v| v > 0.0).count();
+    println!(
+        "{file}: solver_stats {} steps, {differing} differing counts, {nonzero} steps with a positive residual_max on the GPU",
+        g.height()
+    );
+    differing
+}
+
 /// Runs `file` with `outer` outer paths on the GPU and on the CPU (f64), and checks
-/// that the CVAs agree to 5% of the standard error.
+/// that the CVAs agree to 5% of the standard error and that `solver_stats.parquet`
+/// has the same columns and steps.
 fn gpu_matches_cpu(file: &str, outer: usize) {
     let sc = scenario(file);
     let set = format!("simulation.outer_paths={outer}");
     let mut runs = Vec::new();
+    let mut dirs = Vec::new();
     for backend in ["gpu", "cpu"] {
         let dir = tempfile::tempdir().unwrap();
         let args = [
@@ -38,7 +94,9 @@ fn gpu_matches_cpu(file: &str, outer: usize) {
         assert_eq!(s["backend"].as_str(), Some(backend), "{s}");
         let profile = epe(dir.path());
         runs.push((s, profile));
+        dirs.push(dir);
     }
+    compare_solver_stats(file, dirs[0].path(), dirs[1].path());
     let ((g, ge), (c, ce)) = (&runs[0], &runs[1]);
     let (cva_g, cva_c, se) = (f(g, "cva"), f(c, "cva"), f(c, "cva_std_error"));
     println!(
@@ -141,6 +199,142 @@ fn long_european_call_cva_matches_closed_form_on_gpu() {
     );
     assert_eq!(s["backend"].as_str(), Some("gpu"));
     check_european_closed_form(&s, true, "GPU");
+}
+
+/// Netted values with ties, zeros (both signs), negatives and a NaN: `dates` x `m0`.
+fn awkward_netted(m0: usize, dates: usize, seed: u64) -> Vec<f64> {
+    let mut state = seed;
+    let mut next = || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (state >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let mut v = Vec::with_capacity(m0 * dates);
+    for k in 0..dates {
+        for l in 0..m0 {
+            let u = next();
+            let x = match k % 6 {
+                // Continuous, both signs.
+                0 => 2.0 * u - 0.7,
+                // Few distinct values: ties at every order statistic.
+                1 => (u * 8.0).floor() * 0.25 - 0.5,
+                // Mostly zero, a few positive.
+                2 => {
+                    if u < 0.97 {
+                        if l % 2 == 0 {
+                            0.0
+                        } else {
+                            -0.0
+                        }
+                    } else {
+                        u
+                    }
+                }
+                // All non-positive.
+                3 => -u,
+                // Heavy tail.
+                4 => (1.0 / (1.0 - 0.999 * u)).ln() * 1e3 - 50.0,
+                _ => u * 1e-300,
+            };
+            v.push(x);
+        }
+    }
+    if dates > 1 && m0 > 2 {
+        v[m0 + 1] = f64::NAN;
+    }
+    v
+}
+
+fn close(a: f64, b: f64, rel: f64, scale: f64) -> bool {
+    (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= rel * scale.max(b.abs())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn exposure_statistics_on_the_gpu_match_the_host() {
+    use cva::exposure::estimate;
+    use cva::gpu_engine::estimate_on_device;
+    use cva_kernels::cuda::engine::driver::CudaContext;
+    use cva_kernels::cuda::engine::EngineKernels;
+    let ctx = CudaContext::new(0).unwrap();
+    let stream = ctx.default_stream();
+    let kernels = EngineKernels::new(&stream).unwrap();
+    let mut sc = cva::scenario::Scenario::load(&scenario("basket29.yaml"), &[]).unwrap();
+    let dates = sc.exposure_dates + 1;
+    for (m0, q, seed) in [
+        (1usize, 0.95, 1u64),
+        (2, 0.95, 2),
+        (3, 0.5, 3),
+        (1000, 0.95, 4),
+        (1001, 0.0, 5),
+        (4097, 1.0, 6),
+        (100_003, 0.95, 7),
+        (100_003, 0.99, 8),
+        (777_777, 0.9, 9),
+    ] {
+        sc.simulation.pfe_quantile = q;
+        let netted = awkward_netted(m0, dates, seed);
+        let host = estimate(&sc, &netted, m0);
+        let dev = stream.clone_htod(&netted).unwrap();
+        let gpu = estimate_on_device(&kernels, &sc, &dev.as_view(), m0).unwrap();
+        let mut worst = 0.0f64;
+        for (g, h) in gpu.profile.iter().zip(&host.profile) {
+            let k = h.date_index;
+            assert_eq!(g.date_index, k);
+            assert_eq!(g.time, h.time);
+            assert_eq!(g.discount_factor, h.discount_factor);
+            assert_eq!(g.default_probability, h.default_probability);
+            // The order statistics are exact: the PFE is the host's, bit for bit
+            // (up to the sign of a zero).
+            assert!(
+                g.pfe == h.pfe || (g.pfe.is_nan() && h.pfe.is_nan()),
+                "m0 {m0} q {q} date {k}: PFE gpu {} host {}",
+                g.pfe,
+                h.pfe
+            );
+            // Sums in another order: rounding only (relative to the mean |P|).
+            let scale = netted[k * m0..(k + 1) * m0]
+                .iter()
+                .filter(|v| !v.is_nan())
+                .map(|v| v.abs())
+                .sum::<f64>()
+                / m0 as f64;
+            for (name, a, b) in [
+                ("ee", g.ee, h.ee),
+                ("epe", g.epe, h.epe),
+                ("ene", g.ene, h.ene),
+                ("discounted_epe", g.discounted_epe, h.discounted_epe),
+                ("cva_contribution", g.cva_contribution, h.cva_contribution),
+            ] {
+                assert!(
+                    close(a, b, 1e-12, scale),
+                    "m0 {m0} date {k} {name}: gpu {a} host {b}"
+                );
+                if !a.is_nan() && a != b {
+                    worst = worst.max((a - b).abs() / scale.max(b.abs()));
+                }
+            }
+        }
+        for (name, a, b, rel) in [
+            ("cva", gpu.cva, host.cva, 1e-12),
+            ("cva_std_error", gpu.cva_std_error, host.cva_std_error, 1e-9),
+            ("value_t0", gpu.value_t0, host.value_t0, 1e-12),
+            (
+                "value_t0_std_error",
+                gpu.value_t0_std_error,
+                host.value_t0_std_error,
+                1e-9,
+            ),
+        ] {
+            assert!(close(a, b, rel, 0.0), "m0 {m0}: {name} gpu {a} host {b}");
+        }
+        println!(
+            "m0 {m0} q {q}: CVA gpu {:e} host {:e} (SE {:e} / {:e}); V0 {:e} / {:e}; \
+             PFE equal on {dates} dates; largest relative sum difference {worst:.2e}",
+            gpu.cva, host.cva, gpu.cva_std_error, host.cva_std_error, gpu.value_t0, host.value_t0
+        );
+    }
 }
 
 #[test]

@@ -1,18 +1,37 @@
-// Small kernels of the GPU nested Monte Carlo engine (src/gpu_engine.rs), around the
-// path generator (paths.cu), the fused regression build (regression.cu) and the batched
-// solvers: payoffs of inner paths, discounted cash flows, the Longstaff-Schwartz
-// exercise update, per-outer-path means, and the gather of the systems to solve.
+// Kernels of the GPU nested Monte Carlo engine (src/gpu_engine.rs), around the path
+// generator (paths.cu), the fused regression build (regression.cu) and the batched
+// solvers: cash flows at maturity, European values, the Longstaff-Schwartz exercise
+// update (with the fallback means and the discounted cash flows of the next step), the
+// selection of the systems to solve, the per-step solver statistics, the values of the
+// positions at the exposure dates, and the exposure statistics (sums, Welford means and
+// an exact radix select for the PFE quantile).
 //
 // Arithmetic follows src/engine.rs operation by operation (compiled with --fmad=false,
 // IEEE division): sums over inner paths run in increasing path index from 0.0, the
 // payoff is that of src/scenario.rs, and basis values are psi_0 = 1,
 // psi_t = psi_{parent[t]} * (S[asset[var[t]]] * inv_spot[var[t]]) as in src/basis.rs.
+// Only the exposure statistics over outer paths (src/exposure.rs) are summed in another
+// (fixed, deterministic) order.
 //
 // Inner states: element (l, mm, i) at states[l * stride + mm * d + i] (a view of the
 // path generator's [l][s][mm][i] layout at one date). Cash flows: (l, mm) at
-// cash[l * m + mm], with the date index they are paid at in cash_date.
+// cash[l * m + mm], with the date index they are paid at in cash_date. Outer states:
+// (l, k, i) at outer[l * outer_stride + k * d + i].
+//
+// The per-outer-path kernels run one warp per outer path over tiles of 32 inner paths:
+// the warp copies the tile's 32 * d contiguous doubles into shared memory with coalesced
+// loads (rows padded to an odd stride, so that the row-per-lane reads are free of bank
+// conflicts), each lane then works on its own inner path, and sums over inner paths are
+// taken in path order by broadcasting the lanes' terms (engine_ordered_sum).
 
 #define ENGINE_MAX_N 64
+
+// The solver's per-system report (kernels/src/cuda/solver.rs GpuReport, 16 bytes).
+struct EngineReport {
+    double residual;
+    unsigned method;
+    unsigned status;
+};
 
 // Payoff kinds: level = S[ua[0]] (0), sum_k uw[k] S[ua[k]] (1), max_k S[ua[k]] (2).
 __device__ __forceinline__ double engine_payoff(const double* s, int kind, int put, double strike,
@@ -31,179 +50,541 @@ __device__ __forceinline__ double engine_payoff(const double* s, int kind, int p
     return put ? fmax(strike - level, 0.0) : fmax(level - strike, 0.0);
 }
 
-// cash[l * m + mm] = payoff(state(l, mm)), cash_date[..] = date, for l < c, mm < m.
-extern "C" __global__ void engine_cash_init(const double* __restrict__ states, long long stride,
-                                            long long c, int m, int d, int kind, int put,
-                                            double strike, const int* __restrict__ ua,
-                                            const double* __restrict__ uw, int nu,
-                                            unsigned date, double* __restrict__ cash,
-                                            unsigned* __restrict__ cash_date) {
-    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= c * m) return;
-    const long long l = t / m;
-    const long long mm = t - l * m;
-    cash[t] = engine_payoff(states + l * stride + mm * d, kind, put, strike, ua, uw, nu);
-    cash_date[t] = date;
-}
-
-// out[l] = sum over mm < m, in order, of payoff(state(l, mm)), for l < c.
-extern "C" __global__ void engine_payoff_sums(const double* __restrict__ states, long long stride,
-                                              long long c, int m, int d, int kind, int put,
-                                              double strike, const int* __restrict__ ua,
-                                              const double* __restrict__ uw, int nu,
-                                              double* __restrict__ out) {
-    const long long l = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (l >= c) return;
-    double sum = 0.0;
-    for (int mm = 0; mm < m; ++mm)
-        sum = sum + engine_payoff(states + l * stride + (long long)mm * d, kind, put, strike, ua, uw,
-                                  nu);
-    out[l] = sum;
-}
-
-// y[t] = cash[t] * discount[cash_date[t] - date], t < total.
-extern "C" __global__ void engine_discounted_cash(const double* __restrict__ cash,
-                                                  const unsigned* __restrict__ cash_date,
-                                                  const double* __restrict__ discount,
-                                                  unsigned date, long long total,
-                                                  double* __restrict__ y) {
-    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= total) return;
-    y[t] = cash[t] * discount[cash_date[t] - date];
-}
-
-// out[l] = (sum over mm, in order, of cash * discount[cash_date - date]) / m, l < c:
-// the continuation value at the exposure date `date`.
-extern "C" __global__ void engine_discounted_means(const double* __restrict__ cash,
-                                                   const unsigned* __restrict__ cash_date,
-                                                   const double* __restrict__ discount,
-                                                   unsigned date, long long c, int m,
-                                                   double* __restrict__ out) {
-    const long long l = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (l >= c) return;
-    const double* cf = cash + l * m;
-    const unsigned* cd = cash_date + l * m;
-    double sum = 0.0;
-    for (int mm = 0; mm < m; ++mm) sum = sum + cf[mm] * discount[cd[mm] - date];
-    out[l] = sum / (double)m;
-}
-
-// Fallback continuation of outer path l at exercise date `date` where no regression
-// coefficients are usable (alive, counts > 0, beta_slot < 0): the mean discounted cash
-// flow of the paths that entered the regression (payoff > 0 when itm_only, else all).
-// Other entries of `mean` are left untouched.
-extern "C" __global__ void engine_fallback_means(
-    const double* __restrict__ states, long long stride, long long c, int m, int d, int kind,
-    int put, double strike, const int* __restrict__ ua, const double* __restrict__ uw, int nu,
-    int itm_only, const double* __restrict__ cash, const unsigned* __restrict__ cash_date,
-    const double* __restrict__ discount, unsigned date, const unsigned char* __restrict__ alive,
-    const unsigned* __restrict__ counts, const int* __restrict__ beta_slot,
-    double* __restrict__ mean) {
-    const long long l = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (l >= c) return;
-    if (!alive[l] || counts[l] == 0 || beta_slot[l] >= 0) return;
-    double sum = 0.0;
-    for (int mm = 0; mm < m; ++mm) {
-        const long long t = l * m + mm;
-        if (!itm_only ||
-            engine_payoff(states + l * stride + (long long)mm * d, kind, put, strike, ua, uw, nu) >
-                0.0)
-            sum = sum + cash[t] * discount[cash_date[t] - date];
+// Copies rows [0, rows) of a tile (rows * d contiguous doubles at src) into the warp's
+// shared tile (row r at tile[r * ds], ds odd) and returns this lane's row; with no tile
+// (tile == nullptr: d too large for shared memory) returns the row in global memory.
+// Every lane of the warp must call it.
+__device__ __forceinline__ const double* engine_stage(const double* __restrict__ src, int rows,
+                                                      int d, int ds, double* tile, int lane) {
+    if (tile == nullptr) return src + (long long)lane * d;
+    __syncwarp();
+    const int total = rows * d;
+    const int qd = 32 / d, rd = 32 % d;
+    int r = lane / d;
+    int i = lane - r * d;
+    for (int e = lane; e < total; e += 32) {
+        tile[r * ds + i] = src[e];
+        r += qd;
+        i += rd;
+        if (i >= d) {
+            i -= d;
+            ++r;
+        }
     }
-    mean[l] = sum / (double)counts[l];
+    __syncwarp();
+    return tile + lane * ds;
 }
 
-// The exercise update at exercise date `date`, one thread per inner path (l, mm) of the
-// outer paths that are alive with counts > 0: where the payoff is positive and at least
-// the continuation estimate (psi . beta with beta = x[beta_slot[l] * n ..] converted to
-// double, or mean[l] where beta_slot[l] < 0), the cash flow becomes the payoff, paid at
-// `date`.
+// sum + v_0 + v_1 + ... + v_{rows-1} over the lanes i < rows whose `take` is set, added
+// one at a time in lane order (the CPU's order over inner paths). Every lane of the warp
+// calls it and gets the same result.
+__device__ __forceinline__ double engine_ordered_sum(double sum, double v, bool take, int rows) {
+    const unsigned mask = __ballot_sync(0xffffffffu, take);
+    for (int i = 0; i < rows; ++i) {
+        const double vi = __shfl_sync(0xffffffffu, v, i);
+        if ((mask >> i) & 1u) sum = sum + vi;
+    }
+    return sum;
+}
+
+// Shared memory of the warp-per-outer-path kernels: `per_warp` doubles per warp (the
+// tile first, then kernel-specific scratch).
+extern __shared__ double engine_smem[];
+
+#define ENGINE_WARP_SETUP(per_warp)                                                 \
+    const int lane = threadIdx.x & 31;                                              \
+    const long long l = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;   \
+    double* const warp_smem = engine_smem + (long long)(threadIdx.x >> 5) * (per_warp)
+
+// cash[l * m + mm] = payoff(state(l, mm)), cash_date[..] = date, for l < c, mm < m; and
+// where next_date >= 0, y = cash * discount[date - next_date] (the discounted cash flows
+// of the first regression step). One warp per outer path.
+extern "C" __global__ void engine_cash_init(
+    const double* __restrict__ states, long long stride, long long c, int m, int d, int ds,
+    int tile_doubles, int per_warp, int kind, int put, double strike, const int* __restrict__ ua,
+    const double* __restrict__ uw, int nu, unsigned date, int next_date,
+    const double* __restrict__ discount, double* __restrict__ cash,
+    unsigned* __restrict__ cash_date, double* __restrict__ y) {
+    ENGINE_WARP_SETUP(per_warp);
+    if (l >= c) return;
+    double* tile = tile_doubles > 0 ? warp_smem : nullptr;
+    for (int mm0 = 0; mm0 < m; mm0 += 32) {
+        const int rows = min(32, m - mm0);
+        const double* s = engine_stage(states + l * stride + (long long)mm0 * d, rows, d, ds,
+                                       tile, lane);
+        if (lane < rows) {
+            const long long t = l * m + mm0 + lane;
+            const double p = engine_payoff(s, kind, put, strike, ua, uw, nu);
+            cash[t] = p;
+            cash_date[t] = date;
+            if (next_date >= 0) y[t] = p * discount[date - (unsigned)next_date];
+        }
+    }
+}
+
+// European position maturing at the states' date: where alive[l],
+// values[l] += q * df * (sum over mm, in order, of payoff(state(l, mm))) / m.
+extern "C" __global__ void engine_european(const double* __restrict__ states, long long stride,
+                                           long long c, int m, int d, int ds, int tile_doubles,
+                                           int per_warp, int kind, int put, double strike,
+                                           const int* __restrict__ ua,
+                                           const double* __restrict__ uw, int nu,
+                                           const unsigned char* __restrict__ alive, double q,
+                                           double df, double* __restrict__ values) {
+    ENGINE_WARP_SETUP(per_warp);
+    if (l >= c || !alive[l]) return;
+    double* tile = tile_doubles > 0 ? warp_smem : nullptr;
+    double sum = 0.0;
+    for (int mm0 = 0; mm0 < m; mm0 += 32) {
+        const int rows = min(32, m - mm0);
+        const double* s = engine_stage(states + l * stride + (long long)mm0 * d, rows, d, ds,
+                                       tile, lane);
+        const double p = lane < rows ? engine_payoff(s, kind, put, strike, ua, uw, nu) : 0.0;
+        sum = engine_ordered_sum(sum, p, lane < rows, rows);
+    }
+    if (lane == 0) values[l] = values[l] + q * df * sum / (double)m;
+}
+
+// The exercise update at exercise date `date`, one warp per outer path l. The outer path
+// takes part where alive[l] and counts[l] > 0. Its continuation estimate is psi . beta
+// with beta = x[l * n ..] (converted to double) where the system was selected
+// (counts[l] >= n) and solved with status Ok; otherwise the fallback: the mean of y (the
+// discounted cash flows at `date`) over the regression paths (payoff > 0 when itm_only,
+// else all), divided by counts[l]. Where the payoff is positive and at least the
+// continuation, the cash flow becomes the payoff, paid at `date`. Then, where
+// next_date >= 0, y = cash * discount[cash_date - next_date] for every inner path (also
+// of the outer paths that take no part): the next regression step's input.
+// Shared memory per warp: tile_doubles, then n doubles of beta.
 template <typename real>
 __device__ __forceinline__ void engine_exercise_impl(
-    const double* __restrict__ states, long long stride, long long c, int m, int d, int kind,
-    int put, double strike, const int* __restrict__ ua, const double* __restrict__ uw, int nu,
-    int n, const int* __restrict__ parent, const int* __restrict__ var_asset,
-    const double* __restrict__ var_inv, const real* __restrict__ x,
-    const int* __restrict__ beta_slot, const unsigned char* __restrict__ alive,
-    const unsigned* __restrict__ counts, const double* __restrict__ mean, unsigned date,
+    const double* __restrict__ states, long long stride, long long c, int m, int d, int ds,
+    int tile_doubles, int per_warp, int kind, int put, double strike, const int* __restrict__ ua,
+    const double* __restrict__ uw, int nu, int itm_only, int n, const int* __restrict__ parent,
+    const int* __restrict__ var_asset, const double* __restrict__ var_inv, int flat,
+    const real* __restrict__ x, const EngineReport* __restrict__ reports,
+    const unsigned char* __restrict__ alive, const unsigned* __restrict__ counts,
+    const double* __restrict__ discount, unsigned date, int next_date, double* __restrict__ y,
     double* __restrict__ cash, unsigned* __restrict__ cash_date) {
-    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= c * m) return;
-    const long long l = t / m;
-    const long long mm = t - l * m;
-    if (!alive[l] || counts[l] == 0) return;
-    const double* s = states + l * stride + mm * d;
-    const double payoff = engine_payoff(s, kind, put, strike, ua, uw, nu);
-    if (payoff <= 0.0) return;
-    const int slot = beta_slot[l];
-    double continuation;
-    if (slot >= 0) {
-        const real* beta = x + (long long)slot * n;
-        double psi[ENGINE_MAX_N];
-        psi[0] = 1.0;
-        continuation = 0.0;
-        continuation = continuation + psi[0] * (double)beta[0];
-        for (int k = 1; k < n; ++k) {
-            psi[k] = psi[parent[k]] * (s[var_asset[k]] * var_inv[k]);
-            continuation = continuation + psi[k] * (double)beta[k];
-        }
-    } else {
-        continuation = mean[l];
+    ENGINE_WARP_SETUP(per_warp);
+    if (l >= c) return;
+    double* tile = tile_doubles > 0 ? warp_smem : nullptr;
+    double* beta = warp_smem + tile_doubles;
+    const unsigned count = counts[l];
+    const bool active = alive[l] && count > 0;
+    bool ok = false;
+    if (active && count >= (unsigned)n) {
+        const EngineReport r = reports[l];
+        ok = r.status == 0 && (r.method & 0xffu) <= 2;
     }
-    if (payoff >= continuation) {
-        cash[t] = payoff;
-        cash_date[t] = date;
+    if (ok) {
+        for (int k = lane; k < n; k += 32) beta[k] = (double)x[l * n + k];
+        __syncwarp();
+    }
+    double mean = 0.0;
+    if (active && !ok) {
+        double sum = 0.0;
+        for (int mm0 = 0; mm0 < m; mm0 += 32) {
+            const int rows = min(32, m - mm0);
+            bool take = lane < rows;
+            if (itm_only) {
+                const double* s = engine_stage(states + l * stride + (long long)mm0 * d, rows,
+                                               d, ds, tile, lane);
+                take = take && engine_payoff(s, kind, put, strike, ua, uw, nu) > 0.0;
+            }
+            const double v = take ? y[l * m + mm0 + lane] : 0.0;
+            sum = engine_ordered_sum(sum, v, take, rows);
+        }
+        mean = sum / (double)count;
+    }
+    for (int mm0 = 0; mm0 < m; mm0 += 32) {
+        const int rows = min(32, m - mm0);
+        const double* s = nullptr;
+        if (active)
+            s = engine_stage(states + l * stride + (long long)mm0 * d, rows, d, ds, tile, lane);
+        if (lane >= rows) continue;
+        const long long t = l * m + mm0 + lane;
+        double cf = cash[t];
+        unsigned cd = cash_date[t];
+        if (active) {
+            const double payoff = engine_payoff(s, kind, put, strike, ua, uw, nu);
+            if (payoff > 0.0) {
+                double continuation;
+                if (ok) {
+                    continuation = 0.0;
+                    continuation = continuation + 1.0 * beta[0];
+                    if (flat) {
+                        for (int k = 1; k < n; ++k)
+                            continuation =
+                                continuation + (s[var_asset[k]] * var_inv[k]) * beta[k];
+                    } else {
+                        double psi[ENGINE_MAX_N];
+                        psi[0] = 1.0;
+                        for (int k = 1; k < n; ++k) {
+                            psi[k] = psi[parent[k]] * (s[var_asset[k]] * var_inv[k]);
+                            continuation = continuation + psi[k] * beta[k];
+                        }
+                    }
+                } else {
+                    continuation = mean;
+                }
+                if (payoff >= continuation) {
+                    cf = payoff;
+                    cd = date;
+                    cash[t] = cf;
+                    cash_date[t] = cd;
+                }
+            }
+        }
+        if (next_date >= 0) y[t] = cf * discount[cd - (unsigned)next_date];
     }
 }
 
 #define ENGINE_EXERCISE(name, real)                                                              \
     extern "C" __global__ void name(                                                             \
-        const double* __restrict__ states, long long stride, long long c, int m, int d,         \
-        int kind, int put, double strike, const int* __restrict__ ua,                           \
-        const double* __restrict__ uw, int nu, int n, const int* __restrict__ parent,           \
-        const int* __restrict__ var_asset, const double* __restrict__ var_inv,                  \
-        const real* __restrict__ x, const int* __restrict__ beta_slot,                          \
-        const unsigned char* __restrict__ alive, const unsigned* __restrict__ counts,           \
-        const double* __restrict__ mean, unsigned date, double* __restrict__ cash,              \
+        const double* __restrict__ states, long long stride, long long c, int m, int d, int ds, \
+        int tile_doubles, int per_warp, int kind, int put, double strike,                       \
+        const int* __restrict__ ua, const double* __restrict__ uw, int nu, int itm_only, int n, \
+        const int* __restrict__ parent, const int* __restrict__ var_asset,                      \
+        const double* __restrict__ var_inv, int flat, const real* __restrict__ x,               \
+        const EngineReport* __restrict__ reports, const unsigned char* __restrict__ alive,      \
+        const unsigned* __restrict__ counts, const double* __restrict__ discount,               \
+        unsigned date, int next_date, double* __restrict__ y, double* __restrict__ cash,        \
         unsigned* __restrict__ cash_date) {                                                     \
-        engine_exercise_impl<real>(states, stride, c, m, d, kind, put, strike, ua, uw, nu, n,   \
-                                   parent, var_asset, var_inv, x, beta_slot, alive, counts,     \
-                                   mean, date, cash, cash_date);                                \
+        engine_exercise_impl<real>(states, stride, c, m, d, ds, tile_doubles, per_warp, kind,   \
+                                   put, strike, ua, uw, nu, itm_only, n, parent, var_asset,     \
+                                   var_inv, flat, x, reports, alive, counts, discount, date,    \
+                                   next_date, y, cash, cash_date);                              \
     }
 ENGINE_EXERCISE(engine_exercise_f64, double)
 ENGINE_EXERCISE(engine_exercise_f32, float)
 
-// Gathers the systems idx[0..batch) of a full batch: a_out[s] = a[idx[s]] (n x n),
-// b_out[s] = b[idx[s]] (n), one thread per element of a_out.
+// The systems not to solve (not alive, or counts < n) become A = I, b = 0, so that the
+// whole batch goes to the solver and solution l stays at x[l * n]. One warp per system.
 template <typename real>
-__device__ __forceinline__ void engine_gather_impl(const real* __restrict__ a,
-                                                   const real* __restrict__ b,
-                                                   const unsigned* __restrict__ idx,
-                                                   long long batch, int n,
-                                                   real* __restrict__ a_out,
-                                                   real* __restrict__ b_out) {
-    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const long long nn = (long long)n * n;
-    if (t >= batch * nn) return;
-    const long long s = t / nn;
-    const long long r = t - s * nn;
-    const long long src = idx[s];
-    a_out[t] = a[src * nn + r];
-    if (r < n) b_out[s * n + r] = b[src * n + r];
+__device__ __forceinline__ void engine_select_impl(const unsigned char* __restrict__ alive,
+                                                   const unsigned* __restrict__ counts,
+                                                   long long c, int n, real* __restrict__ a,
+                                                   real* __restrict__ b) {
+    const int lane = threadIdx.x & 31;
+    const long long l = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (l >= c) return;
+    if (alive[l] && counts[l] >= (unsigned)n) return;
+    real* al = a + l * n * n;
+    for (int e = lane; e < n * n; e += 32) al[e] = e % (n + 1) == 0 ? (real)1 : (real)0;
+    for (int row = lane; row < n; row += 32) b[l * n + row] = (real)0;
 }
 
-extern "C" __global__ void engine_gather_f64(const double* __restrict__ a,
-                                             const double* __restrict__ b,
-                                             const unsigned* __restrict__ idx, long long batch,
-                                             int n, double* __restrict__ a_out,
-                                             double* __restrict__ b_out) {
-    engine_gather_impl<double>(a, b, idx, batch, n, a_out, b_out);
+extern "C" __global__ void engine_select_f64(const unsigned char* __restrict__ alive,
+                                             const unsigned* __restrict__ counts, long long c,
+                                             int n, double* __restrict__ a,
+                                             double* __restrict__ b) {
+    engine_select_impl<double>(alive, counts, c, n, a, b);
 }
 
-extern "C" __global__ void engine_gather_f32(const float* __restrict__ a,
-                                             const float* __restrict__ b,
-                                             const unsigned* __restrict__ idx, long long batch,
-                                             int n, float* __restrict__ a_out,
-                                             float* __restrict__ b_out) {
-    engine_gather_impl<float>(a, b, idx, batch, n, a_out, b_out);
+extern "C" __global__ void engine_select_f32(const unsigned char* __restrict__ alive,
+                                             const unsigned* __restrict__ counts, long long c,
+                                             int n, float* __restrict__ a,
+                                             float* __restrict__ b) {
+    engine_select_impl<float>(alive, counts, c, n, a, b);
+}
+
+// Statistics of one regression step over the selected systems (alive, counts >= n), as
+// BatchSummary::from_reports and the engine's too-few count: record[0] systems,
+// [1..3] per method, [4..7] per status, [8] discarded eigenvalues, [9] too few paths
+// (alive, 0 < counts < n), [10] the bits of the largest positive residual of status Ok,
+// [11] 1 if a residual of status Ok is NaN. Reports with unknown codes count as status
+// Failed with a NaN residual (GpuReport::to_system_report). residual[l] = (float) the
+// residual of a selected system, NaN otherwise. record must be zeroed first.
+extern "C" __global__ void engine_step_summary(const EngineReport* __restrict__ reports,
+                                               const unsigned char* __restrict__ alive,
+                                               const unsigned* __restrict__ counts, long long c,
+                                               int n, unsigned long long* __restrict__ record,
+                                               float* __restrict__ residual) {
+    __shared__ unsigned sh[10];
+    __shared__ unsigned long long sh_max;
+    __shared__ unsigned sh_nan;
+    if (threadIdx.x < 10) sh[threadIdx.x] = 0;
+    if (threadIdx.x == 0) {
+        sh_max = 0;
+        sh_nan = 0;
+    }
+    __syncthreads();
+    const long long l = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (l < c) {
+        const bool al = alive[l] != 0;
+        const unsigned cnt = counts[l];
+        float res_out = __int_as_float(0x7fc00000);
+        if (al && cnt >= (unsigned)n) {
+            const EngineReport r = reports[l];
+            unsigned method = r.method & 0xffu;
+            unsigned status = r.status;
+            unsigned discarded = r.method >> 8;
+            double res = r.residual;
+            if (method > 2 || status > 3) {
+                if (method > 2) method = 0;
+                status = 2;
+                res = __longlong_as_double(0x7ff8000000000000LL);
+                discarded = 0;
+            }
+            atomicAdd(&sh[0], 1u);
+            atomicAdd(&sh[1 + method], 1u);
+            atomicAdd(&sh[4 + status], 1u);
+            if (discarded) atomicAdd(&sh[8], discarded);
+            if (status == 0) {
+                if (res != res)
+                    atomicOr(&sh_nan, 1u);
+                else if (res > 0.0)
+                    atomicMax(&sh_max, (unsigned long long)__double_as_longlong(res));
+            }
+            if (res == res) res_out = (float)res;
+        } else if (al && cnt > 0) {
+            atomicAdd(&sh[9], 1u);
+        }
+        residual[l] = res_out;
+    }
+    __syncthreads();
+    if (threadIdx.x < 10) {
+        if (sh[threadIdx.x]) atomicAdd(&record[threadIdx.x], (unsigned long long)sh[threadIdx.x]);
+    } else if (threadIdx.x == 10) {
+        if (sh_max) atomicMax(&record[10], sh_max);
+    } else if (threadIdx.x == 11) {
+        if (sh_nan) atomicOr(&record[11], 1ull);
+    }
+}
+
+// The value of an American position at exposure date `date` on the outer paths where it
+// is alive: continuation = (sum over mm, in order, of cash * discount[cash_date - date])
+// / m; with allow_exercise, payoff = payoff(outer state) > 0 and payoff >= continuation,
+// the position is exercised (value = payoff, alive[l] = 0, one more in *exercises), else
+// the value is the continuation; values[l] += q * value. One warp per outer path.
+extern "C" __global__ void engine_american_value(
+    const double* __restrict__ cash, const unsigned* __restrict__ cash_date,
+    const double* __restrict__ discount, unsigned date, long long c, int m,
+    const double* __restrict__ outer, long long outer_stride, int kind, int put, double strike,
+    const int* __restrict__ ua, const double* __restrict__ uw, int nu, double q,
+    int allow_exercise, unsigned char* __restrict__ alive, double* __restrict__ values,
+    unsigned long long* __restrict__ exercises) {
+    ENGINE_WARP_SETUP(0);
+    (void)warp_smem;
+    if (l >= c || !alive[l]) return;
+    double sum = 0.0;
+    for (int mm0 = 0; mm0 < m; mm0 += 32) {
+        const int rows = min(32, m - mm0);
+        double v = 0.0;
+        if (lane < rows) {
+            const long long t = l * m + mm0 + lane;
+            v = cash[t] * discount[cash_date[t] - date];
+        }
+        sum = engine_ordered_sum(sum, v, lane < rows, rows);
+    }
+    if (lane != 0) return;
+    const double cont = sum / (double)m;
+    const double payoff = engine_payoff(outer + l * outer_stride, kind, put, strike, ua, uw, nu);
+    double value = cont;
+    if (allow_exercise && payoff > 0.0 && payoff >= cont) {
+        alive[l] = 0;
+        atomicAdd(exercises, 1ull);
+        value = payoff;
+    }
+    values[l] = values[l] + q * value;
+}
+
+// Positions maturing at the outer states' date: where alive[l],
+// values[l] += q * payoff(outer state); then alive[l] = 0. One thread per outer path.
+extern "C" __global__ void engine_pay_maturing(const double* __restrict__ outer,
+                                               long long outer_stride, long long c, int kind,
+                                               int put, double strike,
+                                               const int* __restrict__ ua,
+                                               const double* __restrict__ uw, int nu, double q,
+                                               unsigned char* __restrict__ alive,
+                                               double* __restrict__ values) {
+    const long long l = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (l >= c) return;
+    if (alive[l])
+        values[l] =
+            values[l] + q * engine_payoff(outer + l * outer_stride, kind, put, strike, ua, uw, nu);
+    alive[l] = 0;
+}
+
+// ---- Exposure statistics over outer paths (src/exposure.rs) ----
+//
+// netted[k * m0 + l]: the netted value of outer path l at date k, k < dates.
+// P^+ = (P > 0 ? P : +0.0) and P^- = (P < 0 ? P : +0.0): NaN counts as 0 in both, as
+// f64::max(0.0) and f64::min(0.0) do.
+
+#define ENGINE_STATS_THREADS 256
+
+__device__ __forceinline__ double engine_pos(double v) { return v > 0.0 ? v : 0.0; }
+__device__ __forceinline__ double engine_neg(double v) { return v < 0.0 ? v : 0.0; }
+
+// partial[(k * gridDim.x + block) * 3 + {0,1,2}] = sums of P, P^+, P^- of date k = blockIdx.y
+// over this block's share (fixed grid: deterministic).
+extern "C" __global__ void engine_stats_sums(const double* __restrict__ netted, long long m0,
+                                             double* __restrict__ partial) {
+    __shared__ double sh[3][ENGINE_STATS_THREADS];
+    const int k = blockIdx.y;
+    const double* p = netted + (long long)k * m0;
+    double s = 0.0, sp = 0.0, sn = 0.0;
+    for (long long l = (long long)blockIdx.x * blockDim.x + threadIdx.x; l < m0;
+         l += (long long)gridDim.x * blockDim.x) {
+        const double v = p[l];
+        s = s + v;
+        sp = sp + engine_pos(v);
+        sn = sn + engine_neg(v);
+    }
+    sh[0][threadIdx.x] = s;
+    sh[1][threadIdx.x] = sp;
+    sh[2][threadIdx.x] = sn;
+    __syncthreads();
+    for (int h = ENGINE_STATS_THREADS / 2; h > 0; h >>= 1) {
+        if (threadIdx.x < h)
+            for (int j = 0; j < 3; ++j) sh[j][threadIdx.x] = sh[j][threadIdx.x] + sh[j][threadIdx.x + h];
+        __syncthreads();
+    }
+    if (threadIdx.x < 3) partial[((long long)k * gridDim.x + blockIdx.x) * 3 + threadIdx.x] = sh[threadIdx.x][0];
+}
+
+// out[k * 3 + j] = sum over blocks b, in order, of partial[(k * blocks + b) * 3 + j].
+extern "C" __global__ void engine_stats_sums_final(const double* __restrict__ partial, int blocks,
+                                                   int dates, double* __restrict__ out) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= dates * 3) return;
+    const int k = t / 3, j = t - k * 3;
+    double s = 0.0;
+    for (int b = 0; b < blocks; ++b) s = s + partial[((long long)k * blocks + b) * 3 + j];
+    out[t] = s;
+}
+
+struct EngineWelford {
+    double n, mean, m2;
+};
+
+__device__ __forceinline__ void engine_welford_push(EngineWelford& w, double x) {
+    w.n = w.n + 1.0;
+    const double delta = x - w.mean;
+    w.mean = w.mean + delta / w.n;
+    w.m2 = w.m2 + delta * (x - w.mean);
+}
+
+// Chan et al.'s combination of two Welford states.
+__device__ __forceinline__ EngineWelford engine_welford_merge(EngineWelford a, EngineWelford b) {
+    if (b.n == 0.0) return a;
+    if (a.n == 0.0) return b;
+    EngineWelford r;
+    r.n = a.n + b.n;
+    const double delta = b.mean - a.mean;
+    r.mean = a.mean + delta * (b.n / r.n);
+    r.m2 = a.m2 + b.m2 + delta * delta * (a.n * b.n / r.n);
+    return r;
+}
+
+// Welford states of X_l = sum_{k=1..dates-1} lgd * df[k] * P_k^+ * dp[k] (the CVA per
+// outer path, added in k order as exposure::estimate) and of P_0, per block:
+// partial[block * 6 + {n, mean, m2 of X, n, mean, m2 of P_0}] (fixed grid: deterministic).
+extern "C" __global__ void engine_stats_welford(const double* __restrict__ netted, long long m0,
+                                                int dates, double lgd,
+                                                const double* __restrict__ df,
+                                                const double* __restrict__ dp,
+                                                double* __restrict__ partial) {
+    __shared__ EngineWelford sx[ENGINE_STATS_THREADS], s0[ENGINE_STATS_THREADS];
+    EngineWelford wx = {0.0, 0.0, 0.0}, w0 = {0.0, 0.0, 0.0};
+    for (long long l = (long long)blockIdx.x * blockDim.x + threadIdx.x; l < m0;
+         l += (long long)gridDim.x * blockDim.x) {
+        double x = 0.0;
+        for (int k = 1; k < dates; ++k) x = x + lgd * df[k] * engine_pos(netted[k * m0 + l]) * dp[k];
+        engine_welford_push(wx, x);
+        engine_welford_push(w0, netted[l]);
+    }
+    sx[threadIdx.x] = wx;
+    s0[threadIdx.x] = w0;
+    __syncthreads();
+    for (int h = ENGINE_STATS_THREADS / 2; h > 0; h >>= 1) {
+        if (threadIdx.x < h) {
+            sx[threadIdx.x] = engine_welford_merge(sx[threadIdx.x], sx[threadIdx.x + h]);
+            s0[threadIdx.x] = engine_welford_merge(s0[threadIdx.x], s0[threadIdx.x + h]);
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        double* o = partial + (long long)blockIdx.x * 6;
+        o[0] = sx[0].n;
+        o[1] = sx[0].mean;
+        o[2] = sx[0].m2;
+        o[3] = s0[0].n;
+        o[4] = s0[0].mean;
+        o[5] = s0[0].m2;
+    }
+}
+
+// out[0..6] = the block states of engine_stats_welford merged in block order.
+extern "C" __global__ void engine_stats_welford_final(const double* __restrict__ partial,
+                                                      int blocks, double* __restrict__ out) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    EngineWelford wx = {0.0, 0.0, 0.0}, w0 = {0.0, 0.0, 0.0};
+    for (int b = 0; b < blocks; ++b) {
+        const double* p = partial + (long long)b * 6;
+        wx = engine_welford_merge(wx, EngineWelford{p[0], p[1], p[2]});
+        w0 = engine_welford_merge(w0, EngineWelford{p[3], p[4], p[5]});
+    }
+    out[0] = wx.n;
+    out[1] = wx.mean;
+    out[2] = wx.m2;
+    out[3] = w0.n;
+    out[4] = w0.mean;
+    out[5] = w0.m2;
+}
+
+// Exact selection of two order statistics of P^+ per date by radix select on the bit
+// patterns (non-negative doubles order as their bits): 8 passes of 8 bits, from the top.
+// state[k * 4 + {0, 1}]: the prefixes found so far of the two wanted values; state[k * 4
+// + {2, 3}]: their remaining ranks among the values with that prefix. hist[(k * 2 + w) *
+// 256 + digit] counts the values of date k whose bits above `shift + 8` equal prefix w
+// (all values when mask = 0), by their digit at `shift`. hist must be zero.
+extern "C" __global__ void engine_select_histogram(const double* __restrict__ netted,
+                                                   long long m0,
+                                                   const unsigned long long* __restrict__ state,
+                                                   int shift, unsigned long long mask,
+                                                   unsigned* __restrict__ hist) {
+    __shared__ unsigned sh[2][256];
+    const int k = blockIdx.y;
+    for (int i = threadIdx.x; i < 512; i += blockDim.x) sh[i >> 8][i & 255] = 0;
+    __syncthreads();
+    const unsigned long long p0 = state[k * 4], p1 = state[k * 4 + 1];
+    const double* p = netted + (long long)k * m0;
+    for (long long l = (long long)blockIdx.x * blockDim.x + threadIdx.x; l < m0;
+         l += (long long)gridDim.x * blockDim.x) {
+        const unsigned long long key = (unsigned long long)__double_as_longlong(engine_pos(p[l]));
+        const unsigned digit = (unsigned)(key >> shift) & 255u;
+        if (((key ^ p0) & mask) == 0) atomicAdd(&sh[0][digit], 1u);
+        if (((key ^ p1) & mask) == 0) atomicAdd(&sh[1][digit], 1u);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < 512; i += blockDim.x) {
+        const unsigned v = sh[i >> 8][i & 255];
+        if (v) atomicAdd(&hist[(long long)k * 512 + i], v);
+    }
+}
+
+// One block per date: picks the digit holding each remaining rank, extends the prefixes,
+// and zeroes the histogram for the next pass.
+extern "C" __global__ void engine_select_pick(unsigned long long* __restrict__ state,
+                                              unsigned* __restrict__ hist, int shift) {
+    const int k = blockIdx.x;
+    unsigned* h = hist + (long long)k * 512;
+    if (threadIdx.x < 2) {
+        const int w = threadIdx.x;
+        unsigned long long rank = state[k * 4 + 2 + w];
+        unsigned long long cum = 0;
+        for (int digit = 0; digit < 256; ++digit) {
+            const unsigned long long c = h[w * 256 + digit];
+            if (rank < cum + c) {
+                state[k * 4 + w] |= (unsigned long long)digit << shift;
+                state[k * 4 + 2 + w] = rank - cum;
+                break;
+            }
+            cum += c;
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < 512; i += blockDim.x) h[i] = 0;
 }

@@ -1,19 +1,27 @@
-//! Small kernels of the nested Monte Carlo engine on the GPU (`cuda/engine.cu`): cash
-//! flows of inner paths, discounted cash flows, the Longstaff–Schwartz exercise update,
-//! per-outer-path means and the gather of the systems to solve. With [`super::paths`],
-//! [`super::regression`] and [`super::solver`] they make the application's GPU engine.
+//! Kernels of the nested Monte Carlo engine on the GPU (`cuda/engine.cu`): cash flows at
+//! maturity, European values, the Longstaff–Schwartz exercise update (fallback means and
+//! the next step's discounted cash flows fused in), the selection of the systems to
+//! solve, per-step solver statistics, position values at the exposure dates, and the
+//! exposure statistics (EE, EPE, ENE, the PFE order statistics, CVA and `V_0` with their
+//! standard errors). With [`super::paths`], [`super::regression`] and [`super::solver`]
+//! they make the application's GPU engine.
 //!
-//! Arithmetic follows the CPU engine operation by operation (`--fmad=false`, sums in
-//! inner-path order from zero), so results differ from the CPU's only through CUDA's
-//! transcendental functions in the paths and, where a solver takes another branch,
-//! through the solves.
+//! Arithmetic follows the CPU engine operation by operation (`--fmad=false`, sums over
+//! inner paths in path order from zero), so results differ from the CPU's only through
+//! CUDA's transcendental functions in the paths and, where a solver takes another
+//! branch, through the solves. The exposure statistics sum over outer paths in another
+//! (fixed) order than `exposure::estimate`, so they agree with it to rounding; the PFE
+//! order statistics are exact.
 //!
 //! Inner states are read as a view at one date with element `(l, mm, i)` at
-//! `states[l * stride + mm * d + i]`; cash flows `(l, mm)` at `cash[l * m + mm]`.
+//! `states[l * stride + mm * d + i]`; cash flows `(l, mm)` at `cash[l * m + mm]`; outer
+//! states `(l, k, i)` at `outer[l * outer_stride + k * d + i]`. The per-outer-path
+//! kernels run one warp per outer path over tiles of 32 inner paths staged in shared
+//! memory with coalesced loads.
 
 use super::module::compile_cubin;
 use super::regression::{BasisTables, GpuOptionKind, GpuPayoff, GpuUnderlying};
-use super::solver::GpuReal;
+use super::solver::{GpuReal, GpuReport};
 use super::GpuError;
 use cudarc::driver::{
     CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig, PushKernelArg,
@@ -29,9 +37,13 @@ const ENGINE_CU: &str = include_str!("../../cuda/engine.cu");
 /// Threads per block of every engine kernel.
 const BLOCK: u32 = 256;
 
-/// The full CUDA source of the engine module (no defines).
+/// The full CUDA source of the engine module (no defines): the embedded copy, or
+/// `engine.cu` in the directory `CVA_CUDA_SOURCE_DIR` names when that is set (the
+/// development hook of [`super::module`]).
 pub fn engine_source() -> String {
-    ENGINE_CU.to_string()
+    std::env::var_os("CVA_CUDA_SOURCE_DIR")
+        .and_then(|dir| std::fs::read_to_string(std::path::Path::new(&dir).join("engine.cu")).ok())
+        .unwrap_or_else(|| ENGINE_CU.to_string())
 }
 
 fn grid(threads: usize) -> Result<LaunchConfig, GpuError> {
@@ -101,6 +113,8 @@ pub struct DeviceBasis {
     var_asset: CudaSlice<i32>,
     var_inv: CudaSlice<f64>,
     max_asset: usize,
+    /// Every parent is the constant function (degree <= 1: `psi_k = x_{var[k]}`).
+    flat: bool,
 }
 
 impl DeviceBasis {
@@ -125,6 +139,7 @@ impl DeviceBasis {
             var_asset: stream.clone_htod(&var_asset)?,
             var_inv: stream.clone_htod(&var_inv)?,
             max_asset: basis.assets.iter().max().map_or(0, |&a| a + 1),
+            flat: basis.parent.iter().all(|&p| p == 0),
         })
     }
 
@@ -171,19 +186,145 @@ impl StateView<'_, '_> {
     }
 }
 
+/// Shared memory a block of the warp-per-outer-path kernels may use.
+const MAX_SHARED_BYTES: usize = 48 * 1024;
+
+/// Threads per block of the exposure statistics kernels (`ENGINE_STATS_THREADS`).
+const STATS_THREADS: u32 = 256;
+/// Blocks per date of the statistics sums and of the radix select histograms, and
+/// blocks of the Welford pass: fixed, so that the summation order (and the result) does
+/// not depend on the device.
+const STATS_BLOCKS: u32 = 120;
+
+/// Launch geometry of a warp-per-outer-path kernel with `extra` scratch doubles per warp
+/// besides the tile of 32 inner paths (`32 * ds` doubles, `ds = d | 1`).
+#[derive(Debug, Clone, Copy)]
+struct WarpTiles {
+    warps: usize,
+    /// Row stride of the tile in shared memory.
+    ds: i32,
+    /// Doubles of tile per warp; 0 where even one warp's tile does not fit in shared
+    /// memory (the rows are then read from global memory).
+    tile: i32,
+    /// Doubles of shared memory per warp (tile + extra).
+    per_warp: i32,
+}
+
+impl WarpTiles {
+    fn new(d: usize, extra: usize) -> Self {
+        let ds = d | 1;
+        let staged = (32 * ds + extra) * 8;
+        if staged <= MAX_SHARED_BYTES {
+            Self {
+                warps: (MAX_SHARED_BYTES / staged).clamp(1, 4),
+                ds: ds as i32,
+                tile: (32 * ds) as i32,
+                per_warp: (32 * ds + extra) as i32,
+            }
+        } else {
+            Self {
+                warps: 4,
+                ds: ds as i32,
+                tile: 0,
+                per_warp: extra as i32,
+            }
+        }
+    }
+
+    /// One warp per outer path, `c` outer paths.
+    fn config(&self, c: usize) -> Result<LaunchConfig, GpuError> {
+        let blocks = c.div_ceil(self.warps);
+        if blocks > i32::MAX as usize {
+            return Err(GpuError::Invalid(format!("{c} outer paths in one launch")));
+        }
+        Ok(LaunchConfig {
+            grid_dim: (blocks.max(1) as u32, 1, 1),
+            block_dim: (32 * self.warps as u32, 1, 1),
+            shared_mem_bytes: (self.warps * self.per_warp as usize * 8) as u32,
+        })
+    }
+}
+
+/// Counts of one regression step as the device writes them (`engine_step_summary`).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct StepRecord {
+    /// Selected systems (alive, `counts >= n`), all solved.
+    pub systems: u64,
+    /// Systems per [`crate::Method`] code.
+    pub per_method: [u64; 3],
+    /// Systems per [`crate::Status`] code.
+    pub per_status: [u64; 4],
+    pub discarded_eigenvalues: u64,
+    /// Alive outer paths with `0 < counts < n`.
+    pub too_few_paths: u64,
+    /// Largest residual of the systems of status Ok (0 if none, NaN if one is NaN).
+    pub max_residual: f64,
+}
+
+/// Words of one [`StepRecord`] on the device.
+pub const STEP_RECORD_WORDS: usize = 12;
+
+impl StepRecord {
+    /// Decodes `STEP_RECORD_WORDS` words.
+    pub fn from_words(w: &[u64]) -> Self {
+        Self {
+            systems: w[0],
+            per_method: [w[1], w[2], w[3]],
+            per_status: [w[4], w[5], w[6], w[7]],
+            discarded_eigenvalues: w[8],
+            too_few_paths: w[9],
+            max_residual: if w[11] != 0 {
+                f64::NAN
+            } else {
+                f64::from_bits(w[10])
+            },
+        }
+    }
+}
+
+/// What [`EngineKernels::exposure_statistics`] brings back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExposureSums {
+    /// Per date: `(Σ P, Σ P^+, Σ P^-)` over the outer paths.
+    pub sums: Vec<[f64; 3]>,
+    /// Per date: the two requested order statistics of `P^+` (ascending ranks).
+    pub order_statistics: Vec<[f64; 2]>,
+    /// Welford state `(n, mean, M2)` of the CVA per outer path.
+    pub cva: [f64; 3],
+    /// Welford state `(n, mean, M2)` of `P_0`.
+    pub value_t0: [f64; 3],
+}
+
 /// The compiled engine module on one stream.
 #[derive(Debug)]
 pub struct EngineKernels {
     stream: Arc<CudaStream>,
     cash_init: CudaFunction,
-    payoff_sums: CudaFunction,
-    discounted_cash: CudaFunction,
-    discounted_means: CudaFunction,
-    fallback_means: CudaFunction,
+    european: CudaFunction,
     exercise_f64: CudaFunction,
     exercise_f32: CudaFunction,
-    gather_f64: CudaFunction,
-    gather_f32: CudaFunction,
+    select_f64: CudaFunction,
+    select_f32: CudaFunction,
+    step_summary: CudaFunction,
+    american_value: CudaFunction,
+    pay_maturing: CudaFunction,
+    stats_sums: CudaFunction,
+    stats_sums_final: CudaFunction,
+    stats_welford: CudaFunction,
+    stats_welford_final: CudaFunction,
+    select_histogram: CudaFunction,
+    select_pick: CudaFunction,
+}
+
+/// Pushes the payoff arguments `(int kind, int put, double strike, const int* ua, const
+/// double* uw, int nu)`.
+fn payoff_args<'a>(l: &mut cudarc::driver::LaunchArgs<'a>, p: &'a DevicePayoff) {
+    l.arg(&p.kind)
+        .arg(&p.put)
+        .arg(&p.strike)
+        .arg(&p.assets)
+        .arg(&p.weights)
+        .arg(&p.len);
 }
 
 impl EngineKernels {
@@ -199,14 +340,20 @@ impl EngineKernels {
         Ok(Self {
             stream: stream.clone(),
             cash_init: module.load_function("engine_cash_init")?,
-            payoff_sums: module.load_function("engine_payoff_sums")?,
-            discounted_cash: module.load_function("engine_discounted_cash")?,
-            discounted_means: module.load_function("engine_discounted_means")?,
-            fallback_means: module.load_function("engine_fallback_means")?,
+            european: module.load_function("engine_european")?,
             exercise_f64: module.load_function("engine_exercise_f64")?,
             exercise_f32: module.load_function("engine_exercise_f32")?,
-            gather_f64: module.load_function("engine_gather_f64")?,
-            gather_f32: module.load_function("engine_gather_f32")?,
+            select_f64: module.load_function("engine_select_f64")?,
+            select_f32: module.load_function("engine_select_f32")?,
+            step_summary: module.load_function("engine_step_summary")?,
+            american_value: module.load_function("engine_american_value")?,
+            pay_maturing: module.load_function("engine_pay_maturing")?,
+            stats_sums: module.load_function("engine_stats_sums")?,
+            stats_sums_final: module.load_function("engine_stats_sums_final")?,
+            stats_welford: module.load_function("engine_stats_welford")?,
+            stats_welford_final: module.load_function("engine_stats_welford_final")?,
+            select_histogram: module.load_function("engine_select_histogram")?,
+            select_pick: module.load_function("engine_select_pick")?,
         })
     }
 
@@ -214,26 +361,38 @@ impl EngineKernels {
         &self.stream
     }
 
-    /// `cash[l * m + mm] = payoff(state(l, mm))`, `cash_date = date`.
+    /// `cash[l * m + mm] = payoff(state(l, mm))`, `cash_date = date`; with
+    /// `next_date = Some(j)` also `y = cash * discount[date - j]` (the first regression
+    /// step's discounted cash flows). `discount[s] = e^{-r s dt}` must cover `date - j`.
     ///
     /// # Errors
     /// [`GpuError::Invalid`] if a buffer is too short, driver errors.
+    #[allow(clippy::too_many_arguments)]
     pub fn cash_init(
         &self,
         view: StateView,
         payoff: &DevicePayoff,
         date: u32,
+        next_date: Option<u32>,
+        discount: &CudaView<f64>,
         cash: &mut CudaViewMut<f64>,
         cash_date: &mut CudaViewMut<u32>,
+        y: &mut CudaViewMut<f64>,
     ) -> Result<(), GpuError> {
         view.check(payoff.max_asset)?;
         let total = view.c * view.m;
-        if cash.len() < total || cash_date.len() < total {
-            return Err(GpuError::Invalid("cash flow buffers too short".into()));
+        let next = next_date.map_or(-1, |j| j as i32);
+        if cash.len() < total
+            || cash_date.len() < total
+            || y.len() < total
+            || next_date.is_some_and(|j| j > date || (date - j) as usize >= discount.len())
+        {
+            return Err(GpuError::Invalid("cash init: buffer too short".into()));
         }
         if total == 0 {
             return Ok(());
         }
+        let g = WarpTiles::new(view.d, 0);
         let (stride, c, m, d) = (
             view.stride as i64,
             view.c as i64,
@@ -246,215 +405,81 @@ impl EngineKernels {
             .arg(&c)
             .arg(&m)
             .arg(&d)
-            .arg(&payoff.kind)
-            .arg(&payoff.put)
-            .arg(&payoff.strike)
-            .arg(&payoff.assets)
-            .arg(&payoff.weights)
-            .arg(&payoff.len)
-            .arg(&date)
+            .arg(&g.ds)
+            .arg(&g.tile)
+            .arg(&g.per_warp);
+        payoff_args(&mut l, payoff);
+        l.arg(&date)
+            .arg(&next)
+            .arg(discount)
             .arg(cash)
-            .arg(cash_date);
+            .arg(cash_date)
+            .arg(y);
         // SAFETY: the arguments match `engine_cash_init` in engine.cu (const double*,
-        // long long, long long, int, int, int, int, double, const int*, const double*,
-        // int, unsigned, double*, unsigned*). The states hold (c-1)*stride + m*d
-        // elements and every payoff asset index is < d (checked by `view.check`); the
-        // payoff tables hold `len` entries; cash and cash_date hold c*m (checked); threads
-        // >= c*m return first.
-        unsafe { l.launch(grid(total)?) }?;
+        // long long, long long, int, int, int, int, int, int, int, double, const int*,
+        // const double*, int, unsigned, int, const double*, double*, unsigned*, double*).
+        // The states hold (c-1)*stride + m*d elements and every payoff asset index is
+        // < d (`view.check`); the payoff tables hold `len` entries; cash, cash_date and y
+        // hold c*m (checked); discount covers date - next_date (checked); the shared
+        // memory is warps * per_warp doubles, the tile 32 * ds of each warp's share;
+        // warps >= c return first.
+        unsafe { l.launch(g.config(view.c)?) }?;
         Ok(())
     }
 
-    /// `out[l]` = the sum over inner paths, in order, of `payoff(state(l, mm))`.
+    /// Where `alive[l]`: `values[l] += q * df * (Σ_mm payoff(state(l, mm))) / m`, the
+    /// sum in path order (a European position at its maturity date, the view's date).
     ///
     /// # Errors
     /// [`GpuError::Invalid`] if a buffer is too short, driver errors.
-    pub fn payoff_sums(
+    pub fn european(
         &self,
         view: StateView,
         payoff: &DevicePayoff,
-        out: &mut CudaViewMut<f64>,
+        alive: &CudaView<u8>,
+        (q, df): (f64, f64),
+        values: &mut CudaViewMut<f64>,
     ) -> Result<(), GpuError> {
         view.check(payoff.max_asset)?;
-        if out.len() < view.c {
-            return Err(GpuError::Invalid("payoff sums buffer too short".into()));
+        if alive.len() < view.c || values.len() < view.c {
+            return Err(GpuError::Invalid("european: buffer too short".into()));
         }
-        if view.c == 0 {
+        if view.c == 0 || view.m == 0 {
             return Ok(());
         }
+        let g = WarpTiles::new(view.d, 0);
         let (stride, c, m, d) = (
             view.stride as i64,
             view.c as i64,
             view.m as i32,
             view.d as i32,
         );
-        let mut l = self.stream.launch_builder(&self.payoff_sums);
+        let mut l = self.stream.launch_builder(&self.european);
         l.arg(view.states)
             .arg(&stride)
             .arg(&c)
             .arg(&m)
             .arg(&d)
-            .arg(&payoff.kind)
-            .arg(&payoff.put)
-            .arg(&payoff.strike)
-            .arg(&payoff.assets)
-            .arg(&payoff.weights)
-            .arg(&payoff.len)
-            .arg(out);
-        // SAFETY: the arguments match `engine_payoff_sums` (const double*, long long,
-        // long long, int, int, int, int, double, const int*, const double*, int,
-        // double*); states and payoff tables as checked by `view.check`, out holds c
-        // doubles; threads >= c return first.
-        unsafe { l.launch(grid(view.c)?) }?;
+            .arg(&g.ds)
+            .arg(&g.tile)
+            .arg(&g.per_warp);
+        payoff_args(&mut l, payoff);
+        l.arg(alive).arg(&q).arg(&df).arg(values);
+        // SAFETY: the arguments match `engine_european` (const double*, long long, long
+        // long, int, int, int, int, int, int, int, double, const int*, const double*,
+        // int, const unsigned char*, double, double, double*); states and payoff as
+        // checked by `view.check`, alive and values hold c (checked); shared memory as
+        // in `cash_init`; warps >= c return first.
+        unsafe { l.launch(g.config(view.c)?) }?;
         Ok(())
     }
 
-    /// `y[t] = cash[t] * discount[cash_date[t] - date]` for `t < y.len()`. Every cash
-    /// date must be in `date..date + discount.len()`.
-    ///
-    /// # Errors
-    /// [`GpuError::Invalid`] if a buffer is too short, driver errors.
-    pub fn discounted_cash(
-        &self,
-        cash: &CudaView<f64>,
-        cash_date: &CudaView<u32>,
-        discount: &CudaView<f64>,
-        date: u32,
-        y: &mut CudaViewMut<f64>,
-    ) -> Result<(), GpuError> {
-        let total = y.len();
-        if cash.len() < total || cash_date.len() < total {
-            return Err(GpuError::Invalid("cash flow buffers too short".into()));
-        }
-        if total == 0 {
-            return Ok(());
-        }
-        let total_arg = total as i64;
-        let mut l = self.stream.launch_builder(&self.discounted_cash);
-        l.arg(cash)
-            .arg(cash_date)
-            .arg(discount)
-            .arg(&date)
-            .arg(&total_arg)
-            .arg(y);
-        // SAFETY: the arguments match `engine_discounted_cash` (const double*, const
-        // unsigned*, const double*, unsigned, long long, double*); cash, cash_date and
-        // y hold `total` elements (checked); the cash dates were written by this
-        // engine in date..=maturity and `discount` covers every offset from `date` up to
-        // the last date of the grid (the caller's contract); threads >= total return.
-        unsafe { l.launch(grid(total)?) }?;
-        Ok(())
-    }
-
-    /// `out[l] = (Σ_mm cash * discount[cash_date - date]) / m`, in path order.
-    ///
-    /// # Errors
-    /// [`GpuError::Invalid`] if a buffer is too short, driver errors.
-    pub fn discounted_means(
-        &self,
-        cash: &CudaView<f64>,
-        cash_date: &CudaView<u32>,
-        discount: &CudaView<f64>,
-        date: u32,
-        m: usize,
-        out: &mut CudaViewMut<f64>,
-    ) -> Result<(), GpuError> {
-        let c = out.len();
-        if cash.len() < c * m || cash_date.len() < c * m || m > i32::MAX as usize {
-            return Err(GpuError::Invalid("cash flow buffers too short".into()));
-        }
-        if c == 0 || m == 0 {
-            return Ok(());
-        }
-        let (c_arg, m_arg) = (c as i64, m as i32);
-        let mut l = self.stream.launch_builder(&self.discounted_means);
-        l.arg(cash)
-            .arg(cash_date)
-            .arg(discount)
-            .arg(&date)
-            .arg(&c_arg)
-            .arg(&m_arg)
-            .arg(out);
-        // SAFETY: the arguments match `engine_discounted_means` (const double*, const
-        // unsigned*, const double*, unsigned, long long, int, double*); cash and
-        // cash_date hold c*m elements, out c (checked); discount covers the offsets of
-        // the cash dates from `date` (the caller's contract); threads >= c return.
-        unsafe { l.launch(grid(c)?) }?;
-        Ok(())
-    }
-
-    /// The fallback continuation (mean discounted cash flow of the regression paths)
-    /// of the outer paths that are alive, have `counts > 0` and `beta_slot < 0`; other
-    /// entries of `mean` are left as they are.
-    ///
-    /// # Errors
-    /// [`GpuError::Invalid`] if a buffer is too short, driver errors.
-    #[allow(clippy::too_many_arguments)]
-    pub fn fallback_means(
-        &self,
-        view: StateView,
-        payoff: &DevicePayoff,
-        itm_only: bool,
-        cash: &CudaView<f64>,
-        cash_date: &CudaView<u32>,
-        discount: &CudaView<f64>,
-        date: u32,
-        alive: &CudaView<u8>,
-        counts: &CudaView<u32>,
-        beta_slot: &CudaView<i32>,
-        mean: &mut CudaViewMut<f64>,
-    ) -> Result<(), GpuError> {
-        view.check(payoff.max_asset)?;
-        let (c, m) = (view.c, view.m);
-        if cash.len() < c * m
-            || cash_date.len() < c * m
-            || alive.len() < c
-            || counts.len() < c
-            || beta_slot.len() < c
-            || mean.len() < c
-        {
-            return Err(GpuError::Invalid("fallback means: buffer too short".into()));
-        }
-        if c == 0 {
-            return Ok(());
-        }
-        let (stride, c_arg, m_arg, d) = (view.stride as i64, c as i64, m as i32, view.d as i32);
-        let itm = i32::from(itm_only);
-        let mut l = self.stream.launch_builder(&self.fallback_means);
-        l.arg(view.states)
-            .arg(&stride)
-            .arg(&c_arg)
-            .arg(&m_arg)
-            .arg(&d)
-            .arg(&payoff.kind)
-            .arg(&payoff.put)
-            .arg(&payoff.strike)
-            .arg(&payoff.assets)
-            .arg(&payoff.weights)
-            .arg(&payoff.len)
-            .arg(&itm)
-            .arg(cash)
-            .arg(cash_date)
-            .arg(discount)
-            .arg(&date)
-            .arg(alive)
-            .arg(counts)
-            .arg(beta_slot)
-            .arg(mean);
-        // SAFETY: the arguments match `engine_fallback_means` (const double*, long long,
-        // long long, int, int, int, int, double, const int*, const double*, int, int,
-        // const double*, const unsigned*, const double*, unsigned, const unsigned char*,
-        // const unsigned*, const int*, double*); states and payoff as checked by
-        // `view.check`, cash and cash_date c*m, the per-path arrays c elements
-        // (checked); discount covers the offsets of the cash dates from `date`; threads
-        // >= c return first.
-        unsafe { l.launch(grid(c)?) }?;
-        Ok(())
-    }
-
-    /// The exercise update at exercise date `date` (see `engine.cu`): the regression
-    /// coefficients of outer path `l` are `x[beta_slot[l] * n ..]` (precision `T`), or
-    /// `mean[l]` is the continuation where `beta_slot[l] < 0`.
+    /// The exercise update at exercise date `date` (see `engine_exercise_impl` in
+    /// `engine.cu`): the coefficients of outer path `l` are `x[l * n ..]` (precision `T`)
+    /// where it is alive with `counts >= n` and `reports[l]` says Ok; otherwise, where it
+    /// is alive with `counts > 0`, the continuation is the mean of `y` over its
+    /// regression paths. With `next_date = Some(j)`, `y` is then overwritten with the
+    /// discounted cash flows at `j` (the next step's input).
     ///
     /// # Errors
     /// [`GpuError::Invalid`] if a buffer is too short, driver errors.
@@ -463,34 +488,36 @@ impl EngineKernels {
         &self,
         view: StateView,
         payoff: &DevicePayoff,
+        itm_only: bool,
         basis: &DeviceBasis,
         x: &CudaView<T>,
-        beta_slot: &[i32],
-        beta_slot_dev: &CudaView<i32>,
+        reports: &CudaView<GpuReport>,
         alive: &CudaView<u8>,
         counts: &CudaView<u32>,
-        mean: &CudaView<f64>,
-        date: u32,
+        discount: &CudaView<f64>,
+        (date, next_date): (u32, Option<u32>),
+        y: &mut CudaViewMut<f64>,
         cash: &mut CudaViewMut<f64>,
         cash_date: &mut CudaViewMut<u32>,
     ) -> Result<(), GpuError> {
         view.check(payoff.max_asset.max(basis.max_asset))?;
         let (c, m, n) = (view.c, view.m, basis.n);
-        let max_slot = beta_slot.iter().copied().max().unwrap_or(-1);
-        if beta_slot.len() != c
-            || beta_slot_dev.len() < c
-            || (max_slot >= 0 && x.len() < (max_slot as usize + 1) * n)
+        if x.len() < c * n
+            || reports.len() < c
             || alive.len() < c
             || counts.len() < c
-            || mean.len() < c
+            || y.len() < c * m
             || cash.len() < c * m
             || cash_date.len() < c * m
+            || next_date.is_some_and(|j| j > date)
         {
             return Err(GpuError::Invalid("exercise: buffer too short".into()));
         }
         if c == 0 || m == 0 {
             return Ok(());
         }
+        let g = WarpTiles::new(view.d, n);
+        let next = next_date.map_or(-1, |j| j as i32);
         let (stride, c_arg, m_arg, d, n_arg) = (
             view.stride as i64,
             c as i64,
@@ -498,6 +525,7 @@ impl EngineKernels {
             view.d as i32,
             n as i32,
         );
+        let (itm, flat) = (i32::from(itm_only), i32::from(basis.flat));
         let f = if T::IS_F64 {
             &self.exercise_f64
         } else {
@@ -509,88 +537,360 @@ impl EngineKernels {
             .arg(&c_arg)
             .arg(&m_arg)
             .arg(&d)
-            .arg(&payoff.kind)
-            .arg(&payoff.put)
-            .arg(&payoff.strike)
-            .arg(&payoff.assets)
-            .arg(&payoff.weights)
-            .arg(&payoff.len)
+            .arg(&g.ds)
+            .arg(&g.tile)
+            .arg(&g.per_warp);
+        payoff_args(&mut l, payoff);
+        l.arg(&itm)
             .arg(&n_arg)
             .arg(&basis.parent)
             .arg(&basis.var_asset)
             .arg(&basis.var_inv)
+            .arg(&flat)
             .arg(x)
-            .arg(beta_slot_dev)
+            .arg(reports)
             .arg(alive)
             .arg(counts)
-            .arg(mean)
+            .arg(discount)
             .arg(&date)
+            .arg(&next)
+            .arg(y)
             .arg(cash)
             .arg(cash_date);
         // SAFETY: the arguments match `engine_exercise_{f64,f32}` for `T` (const double*,
-        // long long, long long, int, int, int, int, double, const int*, const double*,
-        // int, int, const int*, const int*, const double*, const real*, const int*,
-        // const unsigned char*, const unsigned*, const double*, unsigned, double*,
-        // unsigned*). States, payoff and basis asset indices are checked by
-        // `view.check`; the basis tables hold n <= 64 entries (ENGINE_MAX_N, the local
-        // array); `beta_slot_dev` holds the host copy `beta_slot` (the caller's
-        // contract), whose largest slot has its n coefficients in `x` (checked); the
-        // per-path arrays hold c and the cash flows c*m elements (checked); threads
-        // >= c*m return first.
-        unsafe { l.launch(grid(c * m)?) }?;
+        // long long, long long, int, int, int, int, int, int, int, double, const int*,
+        // const double*, int, int, int, const int*, const int*, const double*, int,
+        // const real*, const EngineReport*, const unsigned char*, const unsigned*, const
+        // double*, unsigned, int, double*, double*, unsigned*). States, payoff and basis
+        // asset indices are checked by `view.check`; the basis tables hold n <= 64
+        // entries (ENGINE_MAX_N, the local array; `DeviceBasis::new`); x holds c*n, the
+        // per-path arrays c, y and the cash flows c*m elements (checked); GpuReport is
+        // the 16-byte EngineReport; the cash dates lie in date..=maturity, and discount
+        // covers every offset from next_date (the caller's contract, as for the
+        // regression build); shared memory per warp is the tile plus n doubles of beta
+        // (`WarpTiles::new(d, n)`); warps >= c return first.
+        unsafe { l.launch(g.config(c)?) }?;
         Ok(())
     }
 
-    /// `a_out[s] = a[idx[s]]` (`n x n`), `b_out[s] = b[idx[s]]` (`n`) for `s < idx.len()`.
+    /// The systems `l < c` that are not solved (not `alive[l]`, or `counts[l] < n`)
+    /// become `A = I`, `b = 0` in `a` (`c * n * n`, column-major) and `b` (`c * n`).
+    ///
+    /// # Errors
+    /// [`GpuError::Invalid`] if a buffer is too short, driver errors.
+    pub fn select<T: GpuReal>(
+        &self,
+        n: usize,
+        alive: &CudaView<u8>,
+        counts: &CudaView<u32>,
+        a: &mut CudaViewMut<T>,
+        b: &mut CudaViewMut<T>,
+    ) -> Result<(), GpuError> {
+        let c = counts.len();
+        if alive.len() < c || a.len() < c * n * n || b.len() < c * n || n > i32::MAX as usize {
+            return Err(GpuError::Invalid("select: buffer too short".into()));
+        }
+        if c == 0 {
+            return Ok(());
+        }
+        let (c_arg, n_arg) = (c as i64, n as i32);
+        let f = if T::IS_F64 {
+            &self.select_f64
+        } else {
+            &self.select_f32
+        };
+        let mut l = self.stream.launch_builder(f);
+        l.arg(alive)
+            .arg(counts)
+            .arg(&c_arg)
+            .arg(&n_arg)
+            .arg(a)
+            .arg(b);
+        // SAFETY: the arguments match `engine_select_{f64,f32}` for `T` (const unsigned
+        // char*, const unsigned*, long long, int, real*, real*); alive and counts hold c,
+        // a c*n*n and b c*n elements (checked); one warp per system, warps >= c return
+        // first.
+        unsafe { l.launch(grid(32 * c)?) }?;
+        Ok(())
+    }
+
+    /// Adds the counts of one regression step to `record` (`STEP_RECORD_WORDS` words,
+    /// zeroed before the first call; see [`StepRecord`]) and writes `residual[l]`: the
+    /// residual (as f32) of selected system `l`, NaN where it has none or is not selected.
+    ///
+    /// # Errors
+    /// [`GpuError::Invalid`] if a buffer is too short, driver errors.
+    pub fn step_summary(
+        &self,
+        n: usize,
+        reports: &CudaView<GpuReport>,
+        alive: &CudaView<u8>,
+        counts: &CudaView<u32>,
+        record: &mut CudaViewMut<u64>,
+        residual: &mut CudaViewMut<f32>,
+    ) -> Result<(), GpuError> {
+        let c = counts.len();
+        if reports.len() < c
+            || alive.len() < c
+            || residual.len() < c
+            || record.len() < STEP_RECORD_WORDS
+            || n > i32::MAX as usize
+        {
+            return Err(GpuError::Invalid("step summary: buffer too short".into()));
+        }
+        if c == 0 {
+            return Ok(());
+        }
+        let (c_arg, n_arg) = (c as i64, n as i32);
+        let mut l = self.stream.launch_builder(&self.step_summary);
+        l.arg(reports)
+            .arg(alive)
+            .arg(counts)
+            .arg(&c_arg)
+            .arg(&n_arg)
+            .arg(record)
+            .arg(residual);
+        // SAFETY: the arguments match `engine_step_summary` (const EngineReport*, const
+        // unsigned char*, const unsigned*, long long, int, unsigned long long*, float*);
+        // reports, alive, counts and residual hold c elements, record 12 words
+        // (checked); blocks of 256 threads (>= 12, the record's writers); threads >= c
+        // only take part in the block's reduction.
+        unsafe { l.launch(grid(c)?) }?;
+        Ok(())
+    }
+
+    /// The value at exposure date `date` of an American position (quantity `q`) on the
+    /// outer paths where `alive[l]`: continuation `Σ_mm cash * discount[cash_date - date]
+    /// / m` (path order), exercise where `allow_exercise` and the payoff at the outer
+    /// state is positive and at least the continuation (then `alive[l] = 0` and
+    /// `*exercises += 1`); `values[l] += q * value`. `outer` is the view of the outer
+    /// states at `date`: `(l, i)` at `outer[l * outer_stride + i]`.
     ///
     /// # Errors
     /// [`GpuError::Invalid`] if a buffer is too short, driver errors.
     #[allow(clippy::too_many_arguments)]
-    pub fn gather<T: GpuReal>(
+    pub fn american_value(
         &self,
-        n: usize,
-        a: &CudaView<T>,
-        b: &CudaView<T>,
-        idx: &[u32],
-        idx_dev: &CudaView<u32>,
-        a_out: &mut CudaViewMut<T>,
-        b_out: &mut CudaViewMut<T>,
+        (cash, cash_date): (&CudaView<f64>, &CudaView<u32>),
+        discount: &CudaView<f64>,
+        (date, m): (u32, usize),
+        (outer, outer_stride, d): (&CudaView<f64>, usize, usize),
+        payoff: &DevicePayoff,
+        (q, allow_exercise): (f64, bool),
+        alive: &mut CudaViewMut<u8>,
+        values: &mut CudaViewMut<f64>,
+        exercises: &mut CudaViewMut<u64>,
     ) -> Result<(), GpuError> {
-        let batch = idx.len();
-        let max = idx.iter().copied().max().map_or(0, |v| v as usize + 1);
-        if idx_dev.len() < batch
-            || a.len() < max * n * n
-            || b.len() < max * n
-            || a_out.len() < batch * n * n
-            || b_out.len() < batch * n
-            || n > i32::MAX as usize
+        let c = values.len();
+        if cash.len() < c * m
+            || cash_date.len() < c * m
+            || alive.len() < c
+            || exercises.is_empty()
+            || payoff.max_asset > d
+            || (c > 0 && outer.len() < (c - 1) * outer_stride + d)
+            || m > i32::MAX as usize
         {
-            return Err(GpuError::Invalid("gather: buffer too short".into()));
+            return Err(GpuError::Invalid("american value: buffer too short".into()));
         }
-        if batch == 0 || n == 0 {
+        if c == 0 || m == 0 {
             return Ok(());
         }
-        let (batch_arg, n_arg) = (batch as i64, n as i32);
-        let f = if T::IS_F64 {
-            &self.gather_f64
-        } else {
-            &self.gather_f32
+        let g = WarpTiles {
+            warps: 8,
+            ds: 1,
+            tile: 0,
+            per_warp: 0,
         };
-        let mut l = self.stream.launch_builder(f);
-        l.arg(a)
-            .arg(b)
-            .arg(idx_dev)
-            .arg(&batch_arg)
-            .arg(&n_arg)
-            .arg(a_out)
-            .arg(b_out);
-        // SAFETY: the arguments match `engine_gather_{f64,f32}` for `T` (const real*,
-        // const real*, const unsigned*, long long, int, real*, real*); `idx_dev` holds
-        // the host copy `idx` (the caller's contract), whose largest index has its
-        // system in `a` and `b` (checked); the outputs hold batch systems (checked);
-        // threads >= batch*n*n return first.
-        unsafe { l.launch(grid(batch * n * n)?) }?;
+        let (c_arg, m_arg, os) = (c as i64, m as i32, outer_stride as i64);
+        let allow = i32::from(allow_exercise);
+        let mut l = self.stream.launch_builder(&self.american_value);
+        l.arg(cash)
+            .arg(cash_date)
+            .arg(discount)
+            .arg(&date)
+            .arg(&c_arg)
+            .arg(&m_arg)
+            .arg(outer)
+            .arg(&os);
+        payoff_args(&mut l, payoff);
+        l.arg(&q).arg(&allow).arg(alive).arg(values).arg(exercises);
+        // SAFETY: the arguments match `engine_american_value` (const double*, const
+        // unsigned*, const double*, unsigned, long long, int, const double*, long long,
+        // int, int, double, const int*, const double*, int, double, int, unsigned char*,
+        // double*, unsigned long long*); cash and cash_date hold c*m, alive and values c,
+        // exercises 1 element, the outer view (c-1)*outer_stride + d with every payoff
+        // asset < d (checked); discount covers the offsets of the cash dates from `date`
+        // (the caller's contract); no shared memory; warps >= c return first.
+        unsafe { l.launch(g.config(c)?) }?;
         Ok(())
+    }
+
+    /// A position (quantity `q`) maturing at the outer view's date: where `alive[l]`,
+    /// `values[l] += q * payoff(outer state)`; then `alive[l] = 0` for every `l`.
+    ///
+    /// # Errors
+    /// [`GpuError::Invalid`] if a buffer is too short, driver errors.
+    pub fn pay_maturing(
+        &self,
+        (outer, outer_stride, d): (&CudaView<f64>, usize, usize),
+        payoff: &DevicePayoff,
+        q: f64,
+        alive: &mut CudaViewMut<u8>,
+        values: &mut CudaViewMut<f64>,
+    ) -> Result<(), GpuError> {
+        let c = values.len();
+        if alive.len() < c
+            || payoff.max_asset > d
+            || (c > 0 && outer.len() < (c - 1) * outer_stride + d)
+        {
+            return Err(GpuError::Invalid("pay maturing: buffer too short".into()));
+        }
+        if c == 0 {
+            return Ok(());
+        }
+        let (c_arg, os) = (c as i64, outer_stride as i64);
+        let mut l = self.stream.launch_builder(&self.pay_maturing);
+        l.arg(outer).arg(&os).arg(&c_arg);
+        payoff_args(&mut l, payoff);
+        l.arg(&q).arg(alive).arg(values);
+        // SAFETY: the arguments match `engine_pay_maturing` (const double*, long long,
+        // long long, int, int, double, const int*, const double*, int, double, unsigned
+        // char*, double*); the outer view holds (c-1)*outer_stride + d with every payoff
+        // asset < d, alive and values c elements (checked); threads >= c return first.
+        unsafe { l.launch(grid(c)?) }?;
+        Ok(())
+    }
+
+    /// Exposure statistics of `netted[k * m0 + l]`, `k < dates`, `l < m0`: per date the
+    /// sums of `P`, `P^+`, `P^-` and the order statistics `ranks[k]` (0-based, ascending)
+    /// of `P^+` (exact: radix select on the bits); the Welford states of the CVA per
+    /// outer path `X_l = Σ_{k >= 1} lgd * df[k] * P_k^+ * dp[k]` and of `P_0`. Only these
+    /// numbers are copied back.
+    ///
+    /// # Errors
+    /// [`GpuError::Invalid`] for inconsistent lengths or `m0` above `u32::MAX`, driver
+    /// errors.
+    pub fn exposure_statistics(
+        &self,
+        netted: &CudaView<f64>,
+        (m0, dates): (usize, usize),
+        (lgd, df, dp): (f64, &[f64], &[f64]),
+        ranks: &[[u64; 2]],
+    ) -> Result<ExposureSums, GpuError> {
+        if m0 == 0
+            || dates == 0
+            || netted.len() < m0 * dates
+            || df.len() != dates
+            || dp.len() != dates
+            || ranks.len() != dates
+            || ranks.iter().flatten().any(|&r| r as usize >= m0)
+            || m0 > u32::MAX as usize
+            || dates > u16::MAX as usize
+        {
+            return Err(GpuError::Invalid(
+                "exposure statistics: bad arguments".into(),
+            ));
+        }
+        let s = &self.stream;
+        let m0_arg = m0 as i64;
+        let dates_arg = dates as i32;
+        let per_date = LaunchConfig {
+            grid_dim: (STATS_BLOCKS, dates as u32, 1),
+            block_dim: (STATS_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let blocks_arg = STATS_BLOCKS as i32;
+
+        // Sums.
+        let mut partial = s.alloc_zeros::<f64>(STATS_BLOCKS as usize * dates * 3)?;
+        let mut sums = s.alloc_zeros::<f64>(dates * 3)?;
+        let mut l = s.launch_builder(&self.stats_sums);
+        l.arg(netted).arg(&m0_arg).arg(&mut partial);
+        // SAFETY: matches `engine_stats_sums` (const double*, long long, double*);
+        // netted holds dates*m0 (checked), partial gridDim.x*dates*3; block size is
+        // ENGINE_STATS_THREADS (the shared arrays' length).
+        unsafe { l.launch(per_date) }?;
+        let mut l = s.launch_builder(&self.stats_sums_final);
+        l.arg(&partial)
+            .arg(&blocks_arg)
+            .arg(&dates_arg)
+            .arg(&mut sums);
+        // SAFETY: matches `engine_stats_sums_final` (const double*, int, int, double*);
+        // partial holds blocks*dates*3 and sums dates*3; threads >= dates*3 return.
+        unsafe { l.launch(grid(dates * 3)?) }?;
+
+        // Welford states.
+        let df_dev = s.clone_htod(df)?;
+        let dp_dev = s.clone_htod(dp)?;
+        let mut wpartial = s.alloc_zeros::<f64>(STATS_BLOCKS as usize * 6)?;
+        let mut welford = s.alloc_zeros::<f64>(6)?;
+        let mut l = s.launch_builder(&self.stats_welford);
+        l.arg(netted)
+            .arg(&m0_arg)
+            .arg(&dates_arg)
+            .arg(&lgd)
+            .arg(&df_dev)
+            .arg(&dp_dev)
+            .arg(&mut wpartial);
+        // SAFETY: matches `engine_stats_welford` (const double*, long long, int, double,
+        // const double*, const double*, double*); netted holds dates*m0, df and dp dates,
+        // wpartial blocks*6 doubles; block size ENGINE_STATS_THREADS.
+        unsafe {
+            l.launch(LaunchConfig {
+                grid_dim: (STATS_BLOCKS, 1, 1),
+                block_dim: (STATS_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            })
+        }?;
+        let mut l = s.launch_builder(&self.stats_welford_final);
+        l.arg(&wpartial).arg(&blocks_arg).arg(&mut welford);
+        // SAFETY: matches `engine_stats_welford_final` (const double*, int, double*);
+        // wpartial holds blocks*6, welford 6 doubles; one thread works.
+        unsafe { l.launch(LaunchConfig::for_num_elems(1)) }?;
+
+        // Order statistics of P^+: 8 passes of 8 bits.
+        let state_h: Vec<u64> = ranks.iter().flat_map(|r| [0, 0, r[0], r[1]]).collect();
+        let mut state = s.clone_htod(&state_h)?;
+        let mut hist = s.alloc_zeros::<u32>(dates * 512)?;
+        for pass in 0..8 {
+            let shift = 56 - 8 * pass;
+            let mask: u64 = if pass == 0 { 0 } else { !0u64 << (shift + 8) };
+            let mut l = s.launch_builder(&self.select_histogram);
+            l.arg(netted)
+                .arg(&m0_arg)
+                .arg(&state)
+                .arg(&shift)
+                .arg(&mask)
+                .arg(&mut hist);
+            // SAFETY: matches `engine_select_histogram` (const double*, long long, const
+            // unsigned long long*, int, unsigned long long, unsigned*); netted holds
+            // dates*m0, state dates*4 words, hist dates*512 (zeroed, and zeroed again by
+            // every pick); gridDim.y = dates.
+            unsafe { l.launch(per_date) }?;
+            let mut l = s.launch_builder(&self.select_pick);
+            l.arg(&mut state).arg(&mut hist).arg(&shift);
+            // SAFETY: matches `engine_select_pick` (unsigned long long*, unsigned*, int);
+            // one block per date, state dates*4 words, hist dates*512.
+            unsafe {
+                l.launch(LaunchConfig {
+                    grid_dim: (dates as u32, 1, 1),
+                    block_dim: (256, 1, 1),
+                    shared_mem_bytes: 0,
+                })
+            }?;
+        }
+        let sums_h = s.clone_dtoh(&sums)?;
+        let welford_h = s.clone_dtoh(&welford)?;
+        let state_h = s.clone_dtoh(&state)?;
+        Ok(ExposureSums {
+            sums: sums_h.chunks(3).map(|c| [c[0], c[1], c[2]]).collect(),
+            order_statistics: state_h
+                .chunks(4)
+                .map(|w| [f64::from_bits(w[0]), f64::from_bits(w[1])])
+                .collect(),
+            cva: [welford_h[0], welford_h[1], welford_h[2]],
+            value_t0: [welford_h[3], welford_h[4], welford_h[5]],
+        })
     }
 }
 
