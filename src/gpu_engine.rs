@@ -16,10 +16,11 @@
 //! solver statistics reduced on the device, and the exercise update (fallback means and
 //! the next step's `y` fused in); finally the value at `t_k` (continuation or exercise
 //! along the outer path) added to the netted values, which stay on the device. Nothing
-//! crosses the bus per regression step: once per exposure date the step statistics and
-//! residuals come back (for `solver_stats.parquet` and the memory rule), and at the end
-//! the exposure statistics are reduced on the device
-//! ([`estimate_on_device`]) and only the profile comes back.
+//! crosses the bus per regression step: once per exposure date the steps' counts come
+//! back (for the memory rule and `solver_stats.parquet`), once per chunk the residuals
+//! (for the residual quantiles of `solver_stats.parquet`), and at the end the exposure
+//! statistics are reduced on the device ([`estimate_on_device`]) and only the profile
+//! comes back.
 //!
 //! Arithmetic follows the CPU engine (same sums in the same order, no FMA); states
 //! differ from the CPU's by an ulp or two through CUDA's `exp`, `log`, `sin`, `cos`,
@@ -38,7 +39,7 @@ use crate::model::correlation_factor;
 use crate::scenario::{OptionKind, Scenario, Style, Underlying};
 use cva_kernels::cuda::engine::driver::{
     sys::{CUevent_flags, CUresult},
-    CudaContext, CudaEvent, CudaSlice, CudaStream, CudaView, DriverError,
+    CudaContext, CudaEvent, CudaSlice, CudaStream, CudaView, DriverError, PinnedHostSlice,
 };
 use cva_kernels::cuda::engine::{
     DeviceBasis, DevicePayoff, EngineKernels, StateView, StepRecord, STEP_RECORD_WORDS,
@@ -49,6 +50,7 @@ use cva_kernels::cuda::regression::{
 };
 use cva_kernels::cuda::{GpuBatchSolver, GpuError, GpuOptions, GpuReal, GpuReport};
 use cva_kernels::{BatchSummary, Method, Strategy};
+use rayon::prelude::*;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -168,6 +170,13 @@ impl PhaseClock {
         Ok(())
     }
 
+    /// Books host time that no event measures (allocations), in the profile only.
+    fn host(&mut self, name: &'static str, since: Instant) {
+        if let Some(p) = &mut self.profile {
+            p.push((name, since.elapsed().as_secs_f64(), 1));
+        }
+    }
+
     fn print(&self) {
         if let Some(p) = &self.profile {
             let total: f64 = p.iter().map(|e| e.1).sum();
@@ -206,10 +215,12 @@ struct ChunkBuffers<T: GpuReal> {
     counts: CudaSlice<u32>,
     /// `[p * c + l]`: position `p` alive on outer path `l`.
     alive: CudaSlice<u8>,
-    /// One [`StepRecord`] per regression step of an exposure date.
+    /// One [`StepRecord`] per regression step of the chunk.
     records: CudaSlice<u64>,
-    /// `[step * c + l]`: residuals of the steps of an exposure date.
+    /// `[step * c + l]`: residuals of the steps of the chunk, and a page-locked host
+    /// copy.
     residuals: CudaSlice<f32>,
+    residuals_host: PinnedHostSlice<f32>,
     exercises: CudaSlice<u64>,
 }
 
@@ -451,7 +462,7 @@ impl<T: GpuReal> GpuEngine<T> {
             + std::mem::size_of::<GpuReport>()
             + 4
             + scenario.portfolio.len()
-            + self.step_capacity(scenario) * 4
+            + self.step_capacity(scenario) * 8
             + 64
     }
 
@@ -466,9 +477,17 @@ impl<T: GpuReal> GpuEngine<T> {
             .max(1)
     }
 
-    /// Regression steps of one exposure date at most (all American positions).
+    /// Regression steps of a chunk: per American position maturing at `t_mi`,
+    /// `mi - k - 1` at each exposure date `k < mi`.
     fn step_capacity(&self, scenario: &Scenario) -> usize {
-        (self.americans.len() * scenario.exposure_dates).max(1)
+        self.americans
+            .iter()
+            .map(|a| {
+                let mi = scenario.portfolio[a.position].maturity_index;
+                mi * mi.saturating_sub(1) / 2
+            })
+            .sum::<usize>()
+            .max(1)
     }
 
     fn buffers(&self, scenario: &Scenario, c: usize) -> Result<ChunkBuffers<T>, GpuError> {
@@ -497,6 +516,9 @@ impl<T: GpuReal> GpuEngine<T> {
             alive: stream.alloc_zeros(scenario.portfolio.len().max(1) * c)?,
             records: stream.alloc_zeros(cap * STEP_RECORD_WORDS)?,
             residuals: stream.alloc_zeros(cap * c)?,
+            // SAFETY: plain f32 storage, read only after a copy into it has completed
+            // (`as_slice` waits for it); flags 0: cached, for reading on the host.
+            residuals_host: unsafe { self.solver.context().alloc_pinned_with_flags(cap * c, 0) }?,
             exercises: stream.alloc_zeros(1)?,
         })
     }
@@ -517,9 +539,13 @@ impl<T: GpuReal> GpuEngine<T> {
         let n_dates = scenario.exposure_dates;
         let stream = self.solver.stream();
         let mut clock = PhaseClock::new(self.solver.context());
+        let t_setup = Instant::now();
         let mut netted = stream.alloc_zeros::<f64>((n_dates + 1) * m0.max(1))?;
         let (free, _) = self.solver.context().mem_get_info()?;
+        // Chunks from the free memory, and at most 512 MiB of residuals on the host.
+        let residual_bytes = self.step_capacity(scenario) * 4;
         let mut chunk = ((free as f64 * MEMORY_SHARE) as usize / self.bytes_per_path(scenario))
+            .min((512 << 20) / residual_bytes)
             .clamp(1, m0.max(1));
         let mut start_level = vec![vec![Method::Ldlt; n_dates + 1]; self.americans.len()];
         let mut timings = PhaseTimings::default();
@@ -532,7 +558,10 @@ impl<T: GpuReal> GpuEngine<T> {
             let c = chunk.min(m0 - c0);
             if bufs.as_ref().is_none_or(|b| b.c < c) {
                 bufs = None;
-                match self.buffers(scenario, chunk) {
+                let t = Instant::now();
+                let allocated = self.buffers(scenario, chunk);
+                clock.host("host: chunk buffers allocation", t);
+                match allocated {
                     Ok(b) => bufs = Some(b),
                     Err(e) if is_out_of_memory(&e) && chunk > 1 => {
                         chunk /= 2;
@@ -589,11 +618,14 @@ impl<T: GpuReal> GpuEngine<T> {
             progress.chunk_done(c);
             c0 += c;
         }
+        let t = Instant::now();
         drop(bufs);
+        clock.host("host: chunk buffers release", t);
         clock.start(stream)?;
         let estimate = estimate_on_device(&self.kernels, scenario, &netted.as_view(), m0)?;
         clock.mark(stream, Phase::Exposure, "exposure statistics")?;
         clock.flush(&mut timings)?;
+        clock.host("host: simulate, all", t_setup);
         clock.print();
         steps.sort_by_key(|s| (s.exposure_date, s.exercise_date));
         Ok((
@@ -636,6 +668,11 @@ impl<T: GpuReal> GpuEngine<T> {
         let timings = &mut out.timings;
         let b = bufs;
 
+        // (exposure date, American position, exercise date, start level) of the chunk's
+        // regression steps, in launch order, and their summaries.
+        let mut chunk_steps: Vec<(usize, usize, usize, Method)> = Vec::new();
+        let mut summaries: Vec<(BatchSummary, usize)> = Vec::new();
+        stream.memset_zeros(&mut b.records)?;
         self.paths.outer_paths(
             c0 as u32,
             c,
@@ -711,8 +748,7 @@ impl<T: GpuReal> GpuEngine<T> {
             }
 
             // American positions: backward induction on the inner paths.
-            let mut date_steps: Vec<(usize, usize, Method)> = Vec::new();
-            stream.memset_zeros(&mut b.records)?;
+            let s0 = chunk_steps.len();
             for (a, am) in self.americans.iter().enumerate() {
                 let p = am.position;
                 let pos = &positions[p];
@@ -746,7 +782,7 @@ impl<T: GpuReal> GpuEngine<T> {
                 clock.mark(stream, Phase::Exposure, "cash init")?;
                 for j in (k + 1..mi).rev() {
                     let start = start_level[a][j];
-                    let s = date_steps.len();
+                    let s = chunk_steps.len();
                     let states = at(j);
                     let view = StateView {
                         states: &states,
@@ -816,7 +852,7 @@ impl<T: GpuReal> GpuEngine<T> {
                         &mut b.cash_date.slice_mut(0..c * m),
                     )?;
                     clock.mark(stream, Phase::Exposure, "exercise")?;
-                    date_steps.push((a, j, start));
+                    chunk_steps.push((k, a, j, start));
                 }
 
                 // Value at t_k: continuation, or exercise along the outer path.
@@ -834,12 +870,15 @@ impl<T: GpuReal> GpuEngine<T> {
                 clock.mark(stream, Phase::Exposure, "american value")?;
             }
 
-            // The date's step statistics (one copy per exposure date).
-            if !date_steps.is_empty() {
-                let ns = date_steps.len();
-                let words = stream.clone_dtoh(&b.records.slice(0..ns * STEP_RECORD_WORDS))?;
-                let residuals = stream.clone_dtoh(&b.residuals.slice(0..ns * c))?;
-                for (s, &(a, j, start)) in date_steps.iter().enumerate() {
+            // The date's step counts (one copy per exposure date): the memory rule
+            // needs them before the next date's solves.
+            let s1 = chunk_steps.len();
+            if s1 > s0 {
+                let words = stream.clone_dtoh(
+                    &b.records
+                        .slice(s0 * STEP_RECORD_WORDS..s1 * STEP_RECORD_WORDS),
+                )?;
+                for (s, &(_, a, j, start)) in chunk_steps[s0..s1].iter().enumerate() {
                     let r = StepRecord::from_words(
                         &words[s * STEP_RECORD_WORDS..(s + 1) * STEP_RECORD_WORDS],
                     );
@@ -850,15 +889,9 @@ impl<T: GpuReal> GpuEngine<T> {
                         sim.solver_params.memory_fraction,
                     );
                     start_level[a][j] = summary.next_start;
-                    let res: Vec<f32> = residuals[s * c..(s + 1) * c]
-                        .iter()
-                        .copied()
-                        .filter(|v| !v.is_nan())
-                        .collect();
-                    out.steps
-                        .push((k, j, summary, res, r.too_few_paths as usize));
+                    summaries.push((summary, r.too_few_paths as usize));
                 }
-                clock.mark(stream, Phase::Exposure, "step statistics copy")?;
+                clock.mark(stream, Phase::Exposure, "step counts copy")?;
             }
             clock.flush(timings)?;
             if k < n_dates {
@@ -866,6 +899,24 @@ impl<T: GpuReal> GpuEngine<T> {
             }
         }
         out.outer_exercises = stream.clone_dtoh(&b.exercises)?[0] as usize;
+
+        // The residuals of the chunk's steps (one copy per chunk), NaN (none) left out.
+        let ns = chunk_steps.len();
+        if ns > 0 {
+            stream.memcpy_dtoh(&b.residuals.slice(0..ns * c), &mut b.residuals_host)?;
+            let host = &b.residuals_host.as_slice()?[..ns * c];
+            let residuals: Vec<Vec<f32>> = host
+                .par_chunks(c)
+                .map(|r| r.iter().copied().filter(|v| !v.is_nan()).collect())
+                .collect();
+            for ((&(k, _, j, _), (summary, too_few)), res) in
+                chunk_steps.iter().zip(summaries).zip(residuals)
+            {
+                out.steps.push((k, j, summary, res, too_few));
+            }
+            clock.mark(stream, Phase::Exposure, "residuals copy")?;
+            clock.flush(timings)?;
+        }
         Ok(())
     }
 }
