@@ -173,7 +173,14 @@ impl PhaseClock {
     /// Books host time that no event measures (allocations), in the profile only.
     fn host(&mut self, name: &'static str, since: Instant) {
         if let Some(p) = &mut self.profile {
-            p.push((name, since.elapsed().as_secs_f64(), 1));
+            let secs = since.elapsed().as_secs_f64();
+            match p.iter_mut().find(|e| e.0 == name) {
+                Some(e) => {
+                    e.1 += secs;
+                    e.2 += 1;
+                }
+                None => p.push((name, secs, 1)),
+            }
         }
     }
 
@@ -544,9 +551,12 @@ impl<T: GpuReal> GpuEngine<T> {
         let (free, _) = self.solver.context().mem_get_info()?;
         // Chunks from the free memory, and at most 512 MiB of residuals on the host.
         let residual_bytes = self.step_capacity(scenario) * 4;
-        let mut chunk = ((free as f64 * MEMORY_SHARE) as usize / self.bytes_per_path(scenario))
+        let most = ((free as f64 * MEMORY_SHARE) as usize / self.bytes_per_path(scenario))
             .min((512 << 20) / residual_bytes)
             .clamp(1, m0.max(1));
+        // Chunks of equal size: the smallest buffers for the fewest chunks.
+        let mut chunk = m0.max(1).div_ceil(m0.max(1).div_ceil(most));
+        clock.host("host: netted values, memory query", t_setup);
         let mut start_level = vec![vec![Method::Ldlt; n_dates + 1]; self.americans.len()];
         let mut timings = PhaseTimings::default();
         let mut outer_exercises = 0;
@@ -595,6 +605,7 @@ impl<T: GpuReal> GpuEngine<T> {
                 }
                 Err(e) => return Err(e),
             }
+            let t_commit = Instant::now();
             for (k, j, summary, residuals, too_few) in out.steps {
                 let idx = *index.entry((k, j)).or_insert_with(|| {
                     steps.push(RegressionStepStats {
@@ -615,6 +626,7 @@ impl<T: GpuReal> GpuEngine<T> {
             timings.exposure += out.timings.exposure;
             outer_exercises += out.outer_exercises;
             start_level = levels;
+            clock.host("host: chunk commits", t_commit);
             progress.chunk_done(c);
             c0 += c;
         }
