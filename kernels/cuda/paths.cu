@@ -14,9 +14,21 @@
 // sqrt rounds as in Rust; log, sin, cos and exp are CUDA's (within an ulp or two of
 // the CPU's libm), so normals and states agree to a few ulps, raw Philox words bitwise.
 //
-// Per-thread scratch lives in dynamic shared memory, column `threadIdx.x` of a
-// [2 d][blockDim.x] array of doubles: rows 0..d the state, rows d..2d the step's normals
-// (the second half only when a correlation factor is given).
+// Two sets of path kernels share the random numbers and the step's arithmetic:
+// - generic (`inner_paths`, `outer_paths`): d, drift, vol and the factor at run time; the
+//   per-thread scratch lives in dynamic shared memory, column `threadIdx.x` of a
+//   [2 d][blockDim.x] array of doubles (rows 0..d the state, rows d..2d the step's normals,
+//   the second half only with a correlation factor);
+// - fixed (`inner_paths_fixed`, `outer_paths_fixed`, compiled when the host defines
+//   PATHS_D > 0): d = PATHS_D <= 32 and the market in constant memory (C_DRIFT, C_VOL and,
+//   when PATHS_FACTOR, C_FACTOR, written by the host as exact hexadecimal literals), the
+//   step fully unrolled over the assets: the correlation's products take the factor as
+//   constant operands, its d sums are independent chains, and the exp of asset k starts
+//   as soon as its sum is complete. A step's normals are generated first, a Philox block
+//   at a time, into a per-thread ring of d + 3 (rounded up to a multiple of 4) in shared
+//   memory; the states stay in shared memory and leave, after each step, through a
+//   block-wide copy whose consecutive threads write consecutive addresses. Same operations in the same order as the generic kernels: bitwise the
+//   same results.
 
 #define PHILOX_M0 0xD2511F53u
 #define PHILOX_M1 0xCD9E8D57u
@@ -213,3 +225,143 @@ extern "C" __global__ void inner_paths(unsigned long long seed, unsigned first_o
         for (int i = 0; i < d; ++i) os[i] = x[i * ld];
     }
 }
+
+#ifndef PATHS_D
+#define PATHS_D 0
+#endif
+
+#if PATHS_D > 0
+// Host defines: PATHS_D (assets, <= 32), PATHS_FACTOR (0/1), PATHS_BLOCK (threads per
+// block), and __constant__ double C_DRIFT[PATHS_D], C_VOL[PATHS_D] and, when PATHS_FACTOR,
+// C_FACTOR[PATHS_D * PATHS_D] (row-major lower triangular).
+#define RING (((PATHS_D + 6) / 4) * 4)  // normals ring rows: >= d + 3, a multiple of 4
+#define LDX (PATHS_BLOCK + 1)           // odd row stride: conflict-free block-wide copies
+
+// Normals of the stream up to draw `end` (exclusive) into the ring (row = draw mod RING),
+// continuing from Philox block *next; at most 3 draws beyond `end` are generated, and
+// the ring keeps them until the next step uses them.
+__device__ __forceinline__ void fill_ring(double* zr, unsigned* next, unsigned end,
+                                          const NormalStream& ns) {
+    unsigned b = *next;
+#pragma unroll 2
+    for (; 4u * b < end; ++b) {
+        double z0, z1, z2, z3;
+        stream_block(ns, b, &z0, &z1, &z2, &z3);
+        const unsigned row = (4u * b) % RING;
+        zr[row * LDX] = z0;
+        zr[(row + 1) * LDX] = z1;
+        zr[(row + 2) * LDX] = z2;
+        zr[(row + 3) * LDX] = z3;
+    }
+    *next = b;
+}
+
+// One exact GBM step of the state xs[i * LDX] (i < d) with the normals of draws
+// first .. first + d, generated into the ring first. The correlated increment of asset i
+// is ((C_i0 z_0 + C_i1 z_1) + ...) + C_ii z_i in increasing k, as the generic kernel
+// forms it (it starts from 0.0 + C_i0 z_0; starting from C_i0 z_0 changes the sum only
+// when every product is -0.0, and then only its sign, which leaves drift + vol * w and
+// the state unchanged).
+__device__ __forceinline__ void gbm_step_fixed(double* xs, double* zr, unsigned first,
+                                               unsigned* next, const NormalStream& ns) {
+    fill_ring(zr, next, first + PATHS_D, ns);
+    const unsigned base = first % RING;
+#if PATHS_FACTOR
+    double acc[PATHS_D];
+#endif
+#pragma unroll
+    for (int k = 0; k < PATHS_D; ++k) {
+        unsigned row = base + k;
+        if (row >= RING) row -= RING;
+        const double z = zr[row * LDX];
+#if PATHS_FACTOR
+#pragma unroll
+        for (int i = k; i < PATHS_D; ++i) {
+            const double p = C_FACTOR[i * PATHS_D + k] * z;
+            acc[i] = k == 0 ? p : acc[i] + p;
+        }
+        const double w = acc[k];
+#else
+        const double w = z;
+#endif
+        xs[k * LDX] = xs[k * LDX] * exp(C_DRIFT[k] + C_VOL[k] * w);
+    }
+}
+
+// inner_paths with d = PATHS_D and the market compiled in; same arguments and layout
+// (out[((l * steps + s) * inner + mm) * d + i]); blockDim.x must be PATHS_BLOCK.
+extern "C" __global__ void __launch_bounds__(PATHS_BLOCK)
+inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, long long outer,
+                  int inner, int steps, const double* __restrict__ start, long long start_stride,
+                  double* __restrict__ out) {
+    __shared__ double xs_all[PATHS_D * LDX];
+    __shared__ double zr_all[RING * LDX];
+    __shared__ long long base_all[PATHS_BLOCK];
+    const int tid = threadIdx.x;
+    const long long t = (long long)blockIdx.x * PATHS_BLOCK + tid;
+    const bool live = t < outer * inner;
+    long long l = 0;
+    int mm = 0;
+    if (live) {
+        l = t / inner;
+        mm = (int)(t - l * inner);
+    }
+    base_all[tid] = live ? (l * steps * (long long)inner + mm) * PATHS_D : -1;
+    double* xs = xs_all + tid;
+    double* zr = zr_all + tid;
+    NormalStream ns;
+    stream_init(ns, seed, first_outer + (unsigned)l, date, (unsigned)mm);
+    if (live)
+        for (int i = 0; i < PATHS_D; ++i) xs[i * LDX] = start[l * start_stride + i];
+    unsigned next = 0;
+    const long long step_stride = (long long)inner * PATHS_D;
+    for (int s = 0; s < steps; ++s) {
+        if (live) {
+            gbm_step_fixed(xs, zr, (unsigned)s * PATHS_D, &next, ns);
+        }
+        __syncthreads();
+        // Element e = tl * d + i of the block's states: thread tid copies e = tid,
+        // tid + PATHS_BLOCK, ... (tl and i advanced without a division).
+        double* os = out + s * step_stride;
+        int tl = tid / PATHS_D, i = tid - tl * PATHS_D;
+#pragma unroll 4
+        for (int e = tid; e < PATHS_BLOCK * PATHS_D; e += PATHS_BLOCK) {
+            const long long b = base_all[tl];
+            if (b >= 0) os[b + i] = xs_all[i * LDX + tl];
+            tl += PATHS_BLOCK / PATHS_D;
+            i += PATHS_BLOCK % PATHS_D;
+            if (i >= PATHS_D) {
+                i -= PATHS_D;
+                ++tl;
+            }
+        }
+        __syncthreads();
+    }
+}
+
+// outer_paths with d = PATHS_D and the market compiled in; same arguments and layout
+// (out[(l * (steps + 1) + k) * d + i]); blockDim.x must be PATHS_BLOCK.
+extern "C" __global__ void __launch_bounds__(PATHS_BLOCK)
+outer_paths_fixed(unsigned long long seed, unsigned first_path, long long paths, int steps,
+                  const double* __restrict__ spots, double* __restrict__ out) {
+    __shared__ double xs_all[PATHS_D * LDX];
+    __shared__ double zr_all[RING * LDX];
+    const int tid = threadIdx.x;
+    const long long l = (long long)blockIdx.x * PATHS_BLOCK + tid;
+    if (l >= paths) return;  // no block-wide synchronisation below
+    double* xs = xs_all + tid;
+    double* zr = zr_all + tid;
+    NormalStream ns;
+    stream_init(ns, seed, first_path + (unsigned)l, 0u, OUTER_STREAM);
+    double* o = out + l * (long long)(steps + 1) * PATHS_D;
+    for (int i = 0; i < PATHS_D; ++i) {
+        xs[i * LDX] = spots[i];
+        o[i] = spots[i];
+    }
+    unsigned next = 0;
+    for (int k = 1; k <= steps; ++k) {
+        gbm_step_fixed(xs, zr, (unsigned)(k - 1) * PATHS_D, &next, ns);
+        for (int i = 0; i < PATHS_D; ++i) o[(long long)k * PATHS_D + i] = xs[i * LDX];
+    }
+}
+#endif

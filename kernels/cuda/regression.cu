@@ -15,12 +15,12 @@
 // engine's arithmetic (src/engine.rs), so the results match it bitwise.
 //
 // Defines (from the host): REAL_F64, N (basis size), DEG (longest chain, >= 1),
-// G (regressions per block), P (paths per chunk), THREADS (block size, a multiple of
-// 32, >= G * NT), USE_FMA.
+// G (regressions per block), P (paths per chunk, a power of two
+// <= 32), THREADS (block size, a multiple of 32, >= G * NT and >= G * P), USE_FMA.
 //
-// Shared memory (dynamic, 16-byte aligned): psi[G][P][NEP] real | raw[G][P][d] double |
-// yraw[G][P] double | src[G][P] int | itm[G][P] int | cnt[G] int | total[G] int |
-// chain_asset[N][DEG] int | chain_inv[N][DEG] double (placed before the ints).
+// Shared memory (dynamic, 16-byte aligned): psi[G][P][NEP] real | raw[2][G][P][d]
+// double | yraw[2][G][P] double | chain_inv[N][DEG] double | uw[nu] double | cnt[G] int |
+// total[G] int | chain_asset[N][DEG] int | ua[nu] int | src[G][P] int.
 
 #if REAL_F64
 typedef double real;
@@ -57,13 +57,51 @@ __device__ __forceinline__ double payoff_of(const double* s, int kind, int put, 
     return put ? fmax(strike - level, 0.0) : fmax(level - strike, 0.0);
 }
 
+// 8-byte asynchronous copy global -> shared (sm_80 and later; a plain copy before).
+__device__ __forceinline__ void copy_async8(double* dst, const double* src) {
+#if __CUDA_ARCH__ >= 800
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("{\n\t.reg .u64 g;\n\tcvta.to.global.u64 g, %1;\n\tcp.async.ca.shared.global [%0], [g], 8;\n\t}"
+                 :
+                 : "r"(d), "l"(src)
+                 : "memory");
+#else
+    *dst = *src;
+#endif
+}
+
+__device__ __forceinline__ void copy_async_commit() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+#define PREP_WARPS ((G * P + 31) / 32)
+#define TILE_WARPS ((G * NT + 31) / 32)
+#define GROUPS_PER_WARP (32 / P)
+
+__device__ __forceinline__ void named_sync(int id) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(THREADS) : "memory");
+}
+
+__device__ __forceinline__ void named_arrive(int id) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(THREADS) : "memory");
+}
+
+template <int PENDING>
+__device__ __forceinline__ void copy_async_wait() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");
+#endif
+}
+
 // states: element (l, mm, i) at states[l * path_stride + mm * d + i] (the inner states
 // at the exercise date); y: (l, mm) at y[l * m + mm]. A: batch x N x N column-major,
 // lower triangle written (upper untouched); B: batch x N; counts: batch.
 // chain_asset / chain_inv: N x DEG, for basis function t the asset index and 1/S_0 of
 // each factor from the root, -1 after the last. Payoff: kind, put, strike and the
 // nu (asset, weight) pairs in ua / uw (max reads ua only).
-extern "C" __global__ void __launch_bounds__(THREADS)
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 ENTRY(regression_build)(const double* __restrict__ states, long long path_stride,
                         const double* __restrict__ y, real* __restrict__ A,
                         real* __restrict__ B, unsigned* __restrict__ counts, long long batch,
@@ -73,19 +111,20 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
                         int itm_only) {
     extern __shared__ __align__(16) unsigned char smem[];
     real* psi = (real*)smem;
-    double* raw = (double*)(psi + G * P * NEP);
-    double* yraw = raw + G * P * d;
-    double* chain_inv = yraw + G * P;
+    double* raw = (double*)(psi + 2 * G * P * NEP);
+    double* yraw = raw + 2 * G * P * d;
+    double* chain_inv = yraw + 2 * G * P;
     double* uw = chain_inv + N * DEG;
-    int* src = (int*)(uw + nu);
-    int* itm = src + G * P;
-    int* cnt = itm + G * P;
-    int* total = cnt + G;
+    int* cnt = (int*)(uw + nu);
+    int* total = cnt + 2 * G;
     int* chain_asset = total + G;
     int* ua = chain_asset + N * DEG;
+    int* src = ua + nu;
 
     const int tid = threadIdx.x;
+    const int lane = tid & 31, warp = tid >> 5;
     const long long l0 = (long long)blockIdx.x * G;
+    const int chunks = (m + P - 1) / P;
 
     for (int e = tid; e < N * DEG; e += THREADS) {
         chain_asset[e] = chain_asset_g[e];
@@ -95,126 +134,156 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
         ua[e] = ua_g[e];
         uw[e] = uw_g[e];
     }
-    if (tid < G) total[tid] = 0;
+    __syncthreads();
 
-    // This thread's tile: regression ag, tile row tr, tile column tc <= tr.
-    const bool acc_thread = tid < G * NT;
-    const int ag = tid / NT;
-    int tr = 0, tc = tid - ag * NT;
+    // Tile threads (of the tile warps): regression ag, tile row tr, tile column tc <= tr.
+    const int a = tid - 32 * PREP_WARPS;
+    const bool acc_thread = a >= 0 && a < G * NT;
+    const int ag = acc_thread ? a / NT : 0;
+    int tr = 0, tc = acc_thread ? a - ag * NT : 0;
     while (tc > tr) {
         tc -= tr + 1;
         ++tr;
     }
     real acc[4][4];
 #pragma unroll
-    for (int a = 0; a < 4; ++a)
+    for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int b = 0; b < 4; ++b) acc[a][b] = (real)0;
+        for (int j = 0; j < 4; ++j) acc[i][j] = (real)0;
 
-    for (int p0 = 0; p0 < m; p0 += P) {
-        const int np = min(P, m - p0);
-        __syncthreads();  // the previous chunk is consumed; tables are in place
-        // 1. Stage the chunk's states (contiguous np * d doubles per regression) and y.
-        for (int g = 0; g < G; ++g) {
-            const long long l = l0 + g;
-            if (l >= batch) break;
-            const double* s = states + l * path_stride + (long long)p0 * d;
-            for (int e = tid; e < np * d; e += THREADS) raw[g * P * d + e] = s[e];
-        }
-        for (int e = tid; e < G * P; e += THREADS) {
-            const int g = e / P, p = e - g * P;
-            if (l0 + g < batch && p < np) yraw[e] = y[(l0 + g) * m + p0 + p];
-        }
-        __syncthreads();
-        // 2. Which paths enter.
-        for (int e = tid; e < G * P; e += THREADS) {
-            const int g = e / P, p = e - g * P;
-            int f = 0;
-            if (l0 + g < batch && p < np)
-                f = !itm_only || payoff_of(raw + (long long)e * d, kind, put, strike, ua, uw, nu) > 0.0;
-            itm[e] = f;
-        }
-        __syncthreads();
-        // 3. Compact them, in order.
-        if (tid < G) {
-            int c = 0;
-            for (int p = 0; p < P; ++p)
-                if (itm[tid * P + p]) src[tid * P + c++] = p;
-            cnt[tid] = c;
-            total[tid] += c;
-        }
-        __syncthreads();
-        // 4. Basis values (and y, and zero padding) of the entering paths.
-        for (int e = tid; e < G * P * NEP; e += THREADS) {
-            const int g = e / (P * NEP);
-            const int r = e - g * (P * NEP);
-            const int slot = r / NEP;
-            const int t = r - slot * NEP;
-            if (slot < cnt[g]) {
-                const int p = src[g * P + slot];
-                real v;
-                if (t < N) {
-                    const double* s = raw + (g * P + p) * d;
-                    double x = 1.0;
-                    for (int k = 0; k < DEG; ++k) {
-                        const int a = chain_asset[t * DEG + k];
-                        if (a < 0) break;
-                        x = x * (s[a] * chain_inv[t * DEG + k]);
-                    }
-                    v = (real)x;
-                } else if (t == N) {
-                    v = (real)yraw[g * P + p];
-                } else {
-                    v = (real)0;
-                }
-                psi[e] = v;
+    if (warp < PREP_WARPS) {
+        // This lane's path slot: regression g (may be >= G), path p of the chunk.
+        const int g = tid / P, p = tid - g * P;
+        // Copies of chunk c of this warp's regressions into stage buffer c & 1.
+        auto stage = [&](int c) {
+            const int p0 = c * P, np = min(P, m - p0), buf = c & 1;
+            for (int j = 0; j < GROUPS_PER_WARP; ++j) {
+                const int gg = warp * GROUPS_PER_WARP + j;
+                if (gg >= G || l0 + gg >= batch) break;
+                const double* s = states + (l0 + gg) * path_stride + (long long)p0 * d;
+                double* dst = raw + (buf * G + gg) * (P * d);
+                for (int r = lane; r < np * d; r += 32) copy_async8(dst + r, s + r);
             }
+            if (g < G && l0 + g < batch && p < np)
+                copy_async8(yraw + (buf * G + g) * P + p, y + (l0 + g) * m + p0 + p);
+            copy_async_commit();
+        };
+        if (lane == 0)
+            for (int j = 0; j < GROUPS_PER_WARP; ++j)
+                if (warp * GROUPS_PER_WARP + j < G) total[warp * GROUPS_PER_WARP + j] = 0;
+        if (chunks > 0) stage(0);
+        for (int c = 0; c < chunks; ++c) {
+            const int buf = c & 1, np = min(P, m - c * P);
+            if (c + 1 < chunks) {
+                __syncwarp();  // every lane is done with the buffer chunk c + 1 reuses
+                stage(c + 1);
+                copy_async_wait<1>();
+            } else {
+                copy_async_wait<0>();
+            }
+            __syncwarp();  // chunk c's copies by every lane of the warp are visible
+            if (c >= 2) named_sync(3 + buf);  // the tile warps are done with psi[buf]
+            const double* rb = raw + buf * (G * P * d);
+            const double* yb = yraw + buf * (G * P);
+            real* pb = psi + buf * (G * P * NEP);
+            // Which paths enter.
+            bool f = false;
+            if (g < G && l0 + g < batch && p < np)
+                f = !itm_only || payoff_of(rb + tid * d, kind, put, strike, ua, uw, nu) > 0.0;
+            const unsigned mask = __ballot_sync(0xffffffffu, f);
+            // Compaction: an entering path's lane writes its index at its rank among the
+            // entering paths of its regression (the bits of its lane group below it).
+            const int j0 = lane / P;
+            const unsigned group = P == 32 ? mask : (mask >> (j0 * P)) & ((1u << (P & 31)) - 1u);
+            if (f) src[g * P + __popc(group & ((1u << p) - 1u))] = p;
+            __syncwarp();
+            // Basis values (and y, and zero padding) of the entering paths, in order:
+            // element (slot, t) of the group's compacted rows, lanes over consecutive t.
+#pragma unroll 1
+            for (int j = 0; j < GROUPS_PER_WARP; ++j) {
+                const int gg = warp * GROUPS_PER_WARP + j;
+                if (gg >= G) break;
+                const unsigned bits = P == 32 ? mask : (mask >> (j * P)) & ((1u << (P & 31)) - 1u);
+                const int cn = __popc(bits);
+                real* out = pb + gg * (P * NEP);
+#pragma unroll 4
+                for (int q = lane; q < cn * NEP; q += 32) {
+                    const int slot = q / NEP, t = q - slot * NEP;
+                    const int pp = src[gg * P + slot];
+                    real v;
+                    if (t < N) {
+                        const double* s = rb + (gg * P + pp) * d;
+                        double x = 1.0;
+                        for (int k = 0; k < DEG; ++k) {
+                            const int a = chain_asset[t * DEG + k];
+                            if (a < 0) break;
+                            x = x * (s[a] * chain_inv[t * DEG + k]);
+                        }
+                        v = (real)x;
+                    } else if (t == N) {
+                        v = (real)yb[gg * P + pp];
+                    } else {
+                        v = (real)0;
+                    }
+                    out[q] = v;
+                }
+                if (lane == 0) {
+                    cnt[buf * G + gg] = cn;
+                    total[gg] += cn;
+                }
+            }
+            __syncwarp();
+            named_arrive(1 + buf);  // psi[buf] and cnt[buf] are ready
         }
-        __syncthreads();
-        // 5. Accumulate this thread's tile over the entering paths, in order.
-        if (acc_thread) {
-            const int c = cnt[ag];
-            const real* base = psi + ag * P * NEP;
-            for (int slot = 0; slot < c; ++slot) {
-                const real* row = base + slot * NEP;
-                real rv[4], cv[4];
+    } else {
+        for (int c = 0; c < chunks; ++c) {
+            const int buf = c & 1;
+            named_sync(1 + buf);  // chunk c prepared
+            // Accumulate this thread's tile over the entering paths, in order.
+            if (acc_thread) {
+                const int cn = cnt[buf * G + ag];
+                const real* base = psi + buf * (G * P * NEP) + ag * P * NEP;
+                for (int slot = 0; slot < cn; ++slot) {
+                    const real* row = base + slot * NEP;
+                    real rv[4], cv[4];
 #if REAL_F64
-                const double2 r01 = ((const double2*)(row + 4 * tr))[0];
-                const double2 r23 = ((const double2*)(row + 4 * tr))[1];
-                const double2 c01 = ((const double2*)(row + 4 * tc))[0];
-                const double2 c23 = ((const double2*)(row + 4 * tc))[1];
-                rv[0] = r01.x; rv[1] = r01.y; rv[2] = r23.x; rv[3] = r23.y;
-                cv[0] = c01.x; cv[1] = c01.y; cv[2] = c23.x; cv[3] = c23.y;
+                    const double2 r01 = ((const double2*)(row + 4 * tr))[0];
+                    const double2 r23 = ((const double2*)(row + 4 * tr))[1];
+                    const double2 c01 = ((const double2*)(row + 4 * tc))[0];
+                    const double2 c23 = ((const double2*)(row + 4 * tc))[1];
+                    rv[0] = r01.x; rv[1] = r01.y; rv[2] = r23.x; rv[3] = r23.y;
+                    cv[0] = c01.x; cv[1] = c01.y; cv[2] = c23.x; cv[3] = c23.y;
 #else
-                const float4 r4 = *(const float4*)(row + 4 * tr);
-                const float4 c4 = *(const float4*)(row + 4 * tc);
-                rv[0] = r4.x; rv[1] = r4.y; rv[2] = r4.z; rv[3] = r4.w;
-                cv[0] = c4.x; cv[1] = c4.y; cv[2] = c4.z; cv[3] = c4.w;
+                    const float4 r4 = *(const float4*)(row + 4 * tr);
+                    const float4 c4 = *(const float4*)(row + 4 * tc);
+                    rv[0] = r4.x; rv[1] = r4.y; rv[2] = r4.z; rv[3] = r4.w;
+                    cv[0] = c4.x; cv[1] = c4.y; cv[2] = c4.z; cv[3] = c4.w;
 #endif
 #pragma unroll
-                for (int a = 0; a < 4; ++a)
+                    for (int i = 0; i < 4; ++i)
 #pragma unroll
-                    for (int b = 0; b < 4; ++b) acc[a][b] = MADD(rv[a], cv[b], acc[a][b]);
+                        for (int j = 0; j < 4; ++j) acc[i][j] = MADD(rv[i], cv[j], acc[i][j]);
+                }
             }
+            if (c + 2 < chunks) named_arrive(3 + buf);  // psi[buf] may be refilled
         }
     }
-    __syncthreads();
-
+    __syncthreads();  // the totals are final
     if (acc_thread && l0 + ag < batch) {
         const long long l = l0 + ag;
         const int tot = total[ag];
         const real inv = tot > 0 ? (real)1 / (real)tot : (real)0;
 #pragma unroll
-        for (int a = 0; a < 4; ++a)
+        for (int i = 0; i < 4; ++i)
 #pragma unroll
-            for (int b = 0; b < 4; ++b) {
-                const int r = 4 * tr + a, c = 4 * tc + b;
-                if (c < N && r >= c && r <= N) {
-                    const real v = tot > 0 ? acc[a][b] * inv : (real)0;
+            for (int j = 0; j < 4; ++j) {
+                const int r = 4 * tr + i, cc = 4 * tc + j;
+                if (cc < N && r >= cc && r <= N) {
+                    const real v = tot > 0 ? acc[i][j] * inv : (real)0;
                     if (r < N)
-                        A[l * (N * N) + c * N + r] = v;
+                        A[l * (N * N) + cc * N + r] = v;
                     else
-                        B[l * N + c] = v;
+                        B[l * N + cc] = v;
                 }
             }
     }

@@ -4,7 +4,8 @@
 //! cargo run --release -p cva-kernels --example gpu_paths_bench -- [REPORT.md]
 //! ```
 //! Market: 29 correlated assets (equicorrelation 0.3), 300 inner paths of one step from
-//! the outer states at date 1 (2^19 outer paths, 36.5 GB of f64 states). Regression:
+//! the outer states at date 1 (2^19 outer paths, 36.5 GB of f64 states), and of 8 steps
+//! for 2^16 outer paths (the same 36.5 GB). Regression:
 //! basket put on the 29 assets struck at the basket's spot level, linear basis
 //! (n = 30), in-the-money paths only (about half) and all 300 paths; f64 and f32;
 //! batch 65,536 (one launch) and 2^20 (two launches of 2^19 over the same states, so
@@ -208,6 +209,20 @@ fn run(report: Option<String>) -> Result<(), GpuError> {
         gen.outer_paths(0, STATE_PATHS, 1, &mut outer.slice_mut(..))
     })?;
     let mut states: CudaSlice<f64> = stream.alloc_zeros(STATE_PATHS * M * D)?;
+    // 8 steps first: the regressions below read the 1-step states.
+    let outer8 = STATE_PATHS / 8;
+    let t_inner8 = time(&stream, || {
+        gen.inner_paths(
+            1,
+            1,
+            &outer.slice(D..),
+            2 * D,
+            outer8,
+            M,
+            8,
+            &mut states.slice_mut(..),
+        )
+    })?;
     let t_inner = time(&stream, || {
         gen.inner_paths(
             1,
@@ -242,6 +257,13 @@ fn run(report: Option<String>) -> Result<(), GpuError> {
         t_inner * 1e3,
         normals / t_inner * 1e-9,
         normals * 8.0 / t_inner * 1e-9
+    );
+    let _ = writeln!(
+        out,
+        "Paths, 8 steps: inner 2^16 x 300 x 8 steps {:.1} ms = {:.2} G normals+steps/s, {:.0} GB/s written.\n",
+        t_inner8 * 1e3,
+        normals / t_inner8 * 1e-9,
+        normals * 8.0 / t_inner8 * 1e-9
     );
     println!("{out}");
 
@@ -282,6 +304,27 @@ fn run(report: Option<String>) -> Result<(), GpuError> {
                 "P32",
                 RegressionConfig {
                     paths_per_chunk: 32,
+                    ..Default::default()
+                },
+            ),
+            (
+                "P8",
+                RegressionConfig {
+                    paths_per_chunk: 8,
+                    ..Default::default()
+                },
+            ),
+            (
+                "P16 G4",
+                RegressionConfig {
+                    regressions_per_block: Some(4),
+                    ..Default::default()
+                },
+            ),
+            (
+                "P16 G8",
+                RegressionConfig {
+                    regressions_per_block: Some(8),
                     ..Default::default()
                 },
             ),

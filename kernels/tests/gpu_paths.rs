@@ -333,6 +333,40 @@ fn check_paths(correlated: bool, d: usize) {
         }
     }
     let (rel_i, ulps_i) = compare(&inner_host, &cpu_inner);
+
+    // The fixed kernels (market compiled in) against the generic ones: the same bits.
+    let generic = GpuPaths::new_generic(&stream, &market.steps(), seed).unwrap();
+    assert!(gen.is_fixed() && !generic.is_fixed());
+    let mut outer_g: CudaSlice<f64> = stream
+        .clone_htod(&vec![f64::NAN; paths * (steps + 1) * d])
+        .unwrap();
+    generic
+        .outer_paths(first, paths, steps, &mut outer_g.slice_mut(..))
+        .unwrap();
+    let mut out_g: CudaSlice<f64> = stream
+        .clone_htod(&vec![f64::NAN; paths * isteps * inner * d])
+        .unwrap();
+    generic
+        .inner_paths(
+            first,
+            k as u32,
+            &outer.slice(k * d..),
+            (steps + 1) * d,
+            paths,
+            inner,
+            isteps,
+            &mut out_g.slice_mut(..),
+        )
+        .unwrap();
+    let same_bits = |a: &[f64], b: &[f64]| {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+    };
+    let fixed_outer_same = same_bits(&outer_host, &stream.clone_dtoh(&outer_g).unwrap());
+    let fixed_inner_same = same_bits(&inner_host, &stream.clone_dtoh(&out_g).unwrap());
+    println!(
+        "paths d={d}: fixed kernels bitwise equal to the generic ones: outer {fixed_outer_same}, inner {fixed_inner_same}"
+    );
+    assert!(fixed_outer_same && fixed_inner_same);
     let eq_o = outer_host.iter().zip(&cpu).filter(|(a, b)| a == b).count();
     let eq_i = inner_host
         .iter()
@@ -593,24 +627,28 @@ fn regression_matches_cpu<T: GpuReal>(tol: f64) {
     let Some(stream) = stream() else { return };
     let mut failures = Vec::new();
     for (i, (name, spec, batch)) in regression_cases().into_iter().enumerate() {
-        for fma in [false, true] {
+        for (paths_per_chunk, fma) in [(16, false), (16, true), (32, false), (8, false), (1, false)]
+        {
             let config = RegressionConfig {
                 fma,
+                paths_per_chunk,
                 ..Default::default()
             };
             let (equal, total, err) =
                 regression_case::<T>(&stream, &spec, batch, 100 + i as u64, config);
             println!(
-                "regression {} {name}{}: {equal} of {total} entries bitwise equal to the CPU, max error {err:.3e} (relative to max |entry|)",
+                "regression {} {name} [P={paths_per_chunk}{}]: {equal} of {total} entries bitwise equal to the CPU, max error {err:.3e} (relative to max |entry|)",
                 T::NAME,
-                if fma { " [fma]" } else { "" }
+                if fma { ", fma" } else { "" }
             );
             if err > tol {
-                failures.push(format!("{name}: error {err:e} above {tol:e}"));
+                failures.push(format!(
+                    "{name} P={paths_per_chunk}: error {err:e} above {tol:e}"
+                ));
             }
             if !fma && equal != total {
                 failures.push(format!(
-                    "{name}: {equal} of {total} bitwise equal to the CPU sums"
+                    "{name} P={paths_per_chunk}: {equal} of {total} bitwise equal to the CPU sums"
                 ));
             }
         }

@@ -48,7 +48,7 @@ pub enum KernelFamily {
 /// The embedded source `name`, or, when the environment variable
 /// `CVA_CUDA_SOURCE_DIR` is set (a development hook for trying kernel changes on the
 /// GPU machine without rebuilding), the file of that name in that directory.
-fn source_file(name: &str, embedded: &'static str) -> String {
+pub(crate) fn source_file(name: &str, embedded: &'static str) -> String {
     match std::env::var_os("CVA_CUDA_SOURCE_DIR") {
         Some(dir) => std::fs::read_to_string(std::path::Path::new(&dir).join(name))
             .unwrap_or_else(|_| embedded.to_string()),

@@ -9,13 +9,20 @@
 //! the arithmetic being rounded identically (`--fmad=false`, IEEE division and square
 //! root).
 //!
+//! Markets of at most [`FIXED_MAX_ASSETS`] assets with finite parameters get kernels
+//! compiled for them (`inner_paths_fixed`, `outer_paths_fixed`): `d`, the drifts, the
+//! volatilities and the correlation factor are constants of the module, the step is
+//! unrolled over the assets, and the states leave through coalesced block-wide copies.
+//! They do the generic kernels' operations in the same order, so their results are the
+//! same bits.
+//!
 //! Layouts (all `f64`, row-major):
 //! - outer paths: `out[(l * (steps + 1) + k) * d + i]`, `k = 0` the spots;
 //! - inner paths from the states at exposure date `k`: `out[((l * steps + s) * inner + mm) * d + i]`
 //!   is asset `i` of inner path `mm` of outer path `l` at date `k + 1 + s` (the CPU
 //!   engine's `[l][s][mm][i]`).
 
-use super::module::compile_cubin;
+use super::module::{compile_cubin, source_file};
 use super::GpuError;
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{
@@ -28,6 +35,12 @@ const PATHS_CU: &str = include_str!("../../cuda/paths.cu");
 
 /// `inner_path` counter word of an outer path's stream.
 pub const OUTER_STREAM: u32 = u32::MAX;
+
+/// Largest number of assets for which the market is compiled into the kernels.
+pub const FIXED_MAX_ASSETS: usize = 32;
+
+/// Threads per block of the fixed kernels (`PATHS_BLOCK`).
+const FIXED_BLOCK: usize = 64;
 
 /// The market's one-step transition, as plain slices (length `d`, the factor `d x d`).
 #[derive(Debug, Clone, Copy)]
@@ -42,9 +55,57 @@ pub struct MarketSteps<'a> {
     pub factor: Option<&'a [f64]>,
 }
 
-/// The full CUDA source of the path module (no defines).
+/// The full CUDA source of the path module (no defines: the generic kernels only).
 pub fn paths_source() -> String {
-    PATHS_CU.to_string()
+    source_file("paths.cu", PATHS_CU)
+}
+
+/// `v` as an exact C hexadecimal floating literal (`v` finite).
+fn c_literal(v: f64) -> String {
+    let bits = v.to_bits();
+    let sign = if bits >> 63 == 1 { "-" } else { "" };
+    let exponent = ((bits >> 52) & 0x7ff) as i64;
+    let mantissa = bits & ((1u64 << 52) - 1);
+    match (exponent, mantissa) {
+        (0, 0) => format!("{sign}0.0"),
+        (0, m) => format!("{sign}0x0.{m:013x}p-1022"),
+        (e, m) => format!("{sign}0x1.{m:013x}p{:+}", e - 1023),
+    }
+}
+
+fn c_array(name: &str, values: &[f64]) -> String {
+    let body: Vec<String> = values.iter().map(|&v| c_literal(v)).collect();
+    format!(
+        "__constant__ double {name}[{}] = {{{}}};\n",
+        values.len(),
+        body.join(", ")
+    )
+}
+
+/// The path module for `market`: the fixed kernels compiled for it (defines and the
+/// market's constants, then `cuda/paths.cu`) when it has at most
+/// [`FIXED_MAX_ASSETS`] assets and finite parameters, else `None` (generic kernels).
+pub fn paths_source_fixed(market: &MarketSteps) -> Option<String> {
+    let d = market.spots.len();
+    let finite = |v: &[f64]| v.iter().all(|x| x.is_finite());
+    if d == 0
+        || d > FIXED_MAX_ASSETS
+        || !finite(market.drift)
+        || !finite(market.vol)
+        || !market.factor.is_none_or(finite)
+    {
+        return None;
+    }
+    let mut src = format!(
+        "#define PATHS_D {d}\n#define PATHS_FACTOR {}\n#define PATHS_BLOCK {FIXED_BLOCK}\n",
+        u32::from(market.factor.is_some())
+    );
+    src += &c_array("C_DRIFT", market.drift);
+    src += &c_array("C_VOL", market.vol);
+    if let Some(f) = market.factor {
+        src += &c_array("C_FACTOR", f);
+    }
+    Some(src + &paths_source())
 }
 
 /// Path generator on one device: the compiled module and the market on the device.
@@ -63,6 +124,8 @@ pub struct GpuPaths {
     vol: CudaSlice<f64>,
     factor: Option<CudaSlice<f64>>,
     shared_optin: usize,
+    /// The market is compiled in: `inner` and `outer` are the fixed kernels.
+    fixed: bool,
 }
 
 impl GpuPaths {
@@ -74,6 +137,34 @@ impl GpuPaths {
         stream: &Arc<CudaStream>,
         market: &MarketSteps,
         seed: u64,
+    ) -> Result<Self, GpuError> {
+        Self::with_kernels(stream, market, seed, true)
+    }
+
+    /// As [`GpuPaths::new`], but always with the generic kernels (`d`, drift, vol and
+    /// factor read at run time), whatever the number of assets: the reference the
+    /// fixed kernels are tested against.
+    ///
+    /// # Errors
+    /// As [`GpuPaths::new`].
+    pub fn new_generic(
+        stream: &Arc<CudaStream>,
+        market: &MarketSteps,
+        seed: u64,
+    ) -> Result<Self, GpuError> {
+        Self::with_kernels(stream, market, seed, false)
+    }
+
+    /// Whether the market is compiled into the kernels (see the module doc).
+    pub fn is_fixed(&self) -> bool {
+        self.fixed
+    }
+
+    fn with_kernels(
+        stream: &Arc<CudaStream>,
+        market: &MarketSteps,
+        seed: u64,
+        allow_fixed: bool,
     ) -> Result<Self, GpuError> {
         let d = market.spots.len();
         if d == 0 || market.drift.len() != d || market.vol.len() != d {
@@ -95,8 +186,20 @@ impl GpuPaths {
         }
         let ctx: &Arc<CudaContext> = stream.context();
         let (major, minor) = ctx.compute_capability()?;
-        let cubin = compile_cubin(&paths_source(), "paths.cu", &format!("sm_{major}{minor}"))?;
+        let fixed_src = if allow_fixed {
+            paths_source_fixed(market)
+        } else {
+            None
+        };
+        let fixed = fixed_src.is_some();
+        let src = fixed_src.unwrap_or_else(paths_source);
+        let cubin = compile_cubin(&src, "paths.cu", &format!("sm_{major}{minor}"))?;
         let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin))?;
+        let (outer_name, inner_name) = if fixed {
+            ("outer_paths_fixed", "inner_paths_fixed")
+        } else {
+            ("outer_paths", "inner_paths")
+        };
         let shared_optin = ctx.attribute(
             cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
         )?
@@ -105,8 +208,8 @@ impl GpuPaths {
             stream: stream.clone(),
             philox: module.load_function("philox_blocks")?,
             normals: module.load_function("normal_draws")?,
-            outer: module.load_function("outer_paths")?,
-            inner: module.load_function("inner_paths")?,
+            outer: module.load_function(outer_name)?,
+            inner: module.load_function(inner_name)?,
             seed,
             d,
             spots: stream.clone_htod(market.spots)?,
@@ -114,6 +217,7 @@ impl GpuPaths {
             vol: stream.clone_htod(market.vol)?,
             factor: market.factor.map(|f| stream.clone_htod(f)).transpose()?,
             shared_optin,
+            fixed,
         })
     }
 
@@ -184,8 +288,33 @@ impl GpuPaths {
         if paths == 0 {
             return Ok(());
         }
-        let (block, grid, smem) = self.geometry(&self.outer, paths)?;
         let (paths_arg, steps_arg, d_arg) = (paths as i64, steps as i32, self.d as i32);
+        if self.fixed {
+            let grid = paths.div_ceil(FIXED_BLOCK);
+            if grid > i32::MAX as usize {
+                return Err(GpuError::Invalid(format!("{paths} paths in one launch")));
+            }
+            let mut l = self.stream.launch_builder(&self.outer);
+            l.arg(&self.seed)
+                .arg(&first_path)
+                .arg(&paths_arg)
+                .arg(&steps_arg)
+                .arg(&self.spots)
+                .arg(out);
+            let cfg = LaunchConfig {
+                grid_dim: (grid as u32, 1, 1),
+                block_dim: (FIXED_BLOCK as u32, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: the argument list matches `outer_paths_fixed` in paths.cu (u64,
+            // u32, i64, i32, spots: d doubles, out: checked above to hold
+            // paths*(steps+1)*d doubles), compiled with PATHS_D = d and PATHS_BLOCK =
+            // FIXED_BLOCK threads (its shared memory is static); threads with index >=
+            // paths return before any access.
+            unsafe { l.launch(cfg) }?;
+            return Ok(());
+        }
+        let (block, grid, smem) = self.geometry(&self.outer, paths)?;
         let null = 0u64;
         let mut l = self.stream.launch_builder(&self.outer);
         l.arg(&self.seed)
@@ -254,7 +383,6 @@ impl GpuPaths {
         if inner > i32::MAX as usize || steps > i32::MAX as usize {
             return Err(GpuError::Invalid("too many inner paths or steps".into()));
         }
-        let (block, grid, smem) = self.geometry(&self.inner, outer * inner)?;
         let (outer_arg, inner_arg, steps_arg, d_arg, stride_arg) = (
             outer as i64,
             inner as i32,
@@ -262,6 +390,39 @@ impl GpuPaths {
             d as i32,
             start_stride as i64,
         );
+        if self.fixed {
+            let grid = (outer * inner).div_ceil(FIXED_BLOCK);
+            if grid > i32::MAX as usize {
+                return Err(GpuError::Invalid(format!(
+                    "{} inner paths in one launch",
+                    outer * inner
+                )));
+            }
+            let mut l = self.stream.launch_builder(&self.inner);
+            l.arg(&self.seed)
+                .arg(&first_outer)
+                .arg(&date)
+                .arg(&outer_arg)
+                .arg(&inner_arg)
+                .arg(&steps_arg)
+                .arg(start)
+                .arg(&stride_arg)
+                .arg(out);
+            let cfg = LaunchConfig {
+                grid_dim: (grid as u32, 1, 1),
+                block_dim: (FIXED_BLOCK as u32, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: the argument list matches `inner_paths_fixed` in paths.cu (u64,
+            // u32, u32, i64, i32, i32, start pointer, i64, out), compiled with PATHS_D =
+            // d and PATHS_BLOCK = FIXED_BLOCK threads (static shared memory). `start`
+            // holds (outer-1)*start_stride + d elements and `out` outer*steps*inner*d
+            // (both checked above); threads >= outer*inner read and write nothing but
+            // still reach every barrier.
+            unsafe { l.launch(cfg) }?;
+            return Ok(());
+        }
+        let (block, grid, smem) = self.geometry(&self.inner, outer * inner)?;
         let null = 0u64;
         let mut l = self.stream.launch_builder(&self.inner);
         l.arg(&self.seed)
@@ -372,5 +533,38 @@ mod tests {
         if let Err(e) = super::compile_cubin(&super::paths_source(), "paths.cu", "sm_90") {
             panic!("{e}");
         }
+        let d = 5;
+        let mut factor = vec![0.0; d * d];
+        for i in 0..d {
+            factor[i * d..i * d + i + 1].fill(0.5);
+        }
+        let (spots, drift, vol) = (vec![100.0; d], vec![-1e-3; d], vec![0.1; d]);
+        for f in [None, Some(factor.as_slice())] {
+            let market = super::MarketSteps {
+                spots: &spots,
+                drift: &drift,
+                vol: &vol,
+                factor: f,
+            };
+            let src = super::paths_source_fixed(&market).expect("fixed kernels");
+            if let Err(e) = super::compile_cubin(&src, "paths.cu", "sm_90") {
+                panic!("{e}");
+            }
+        }
+    }
+
+    #[test]
+    fn exact_hexadecimal_literals() {
+        assert_eq!(super::c_literal(1.0), "0x1.0000000000000p+0");
+        assert_eq!(super::c_literal(-0.0), "-0.0");
+        assert_eq!(super::c_literal(0.75), "0x1.8000000000000p-1");
+        assert_eq!(
+            super::c_literal(f64::MIN_POSITIVE / 2.0),
+            "0x0.8000000000000p-1022"
+        );
+        assert_eq!(
+            super::c_literal(std::f64::consts::PI),
+            "0x1.921fb54442d18p+1"
+        );
     }
 }
