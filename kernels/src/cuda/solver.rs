@@ -116,9 +116,11 @@ pub struct EscalationCounts {
 }
 
 /// Dynamic shared memory of `divide_conquer` for size `n` (`DC_REALS` reals and
-/// `DC_INTS` ints of `cuda/stedc.cu`), rounded up to 16 bytes.
+/// `DC_INTS` ints of `cuda/stedc.cu`: three `n x ld` matrices, `ld` = `n` rounded up
+/// to odd, and 15 vectors of reals, 9 of ints), rounded up to 16 bytes.
 pub fn dc_shared_bytes(n: usize, elem_bytes: usize) -> usize {
-    ((4 * n * n + 16 * n) * elem_bytes + (13 * n + 16) * 4).next_multiple_of(16)
+    let ld = n | 1;
+    ((3 * n * ld + 15 * n) * elem_bytes + 9 * n * 4).next_multiple_of(16)
 }
 
 /// Dynamic shared memory of `ldlt_check` / `pcr_check` (`CHECK_REALS` of
