@@ -411,7 +411,7 @@ impl GpuBatchSolver {
     }
 
     /// Divide and conquer alone on `count = d.len() / n` symmetric tridiagonal matrices
-    /// (the `stedc` of `cuda/stedc.cu`, the GPU mirror of [`crate::stedc::stedc`]), for
+    /// (the `stedc` of `cuda/stedc.cu`: the method of [`crate::stedc::stedc`], equal to rounding), for
     /// tests: `d`, `e`: `count x n` (row `k` of `e` holds the `n - 1` off-diagonal
     /// entries then one unused entry); `lambda`: `count x n`, eigenvalues ascending;
     /// `z`: `count x n x n`, column-major eigenvectors. NaN where `stedc` failed.
