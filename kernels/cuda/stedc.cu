@@ -3,18 +3,26 @@
 // Algorithm 3; Cuppen 1981; Gu & Eisenstat 1995; LAPACK dstedc/dlaed0-dlaed4), one
 // warp per system, everything in shared memory.
 //
-// This is a step-by-step mirror of the CPU code, with the same arithmetic in the same
-// order wherever the order matters for rounding (compiled with --fmad=false):
-//   kernels/src/householder/tridiagonalize.rs   householder_tridiagonalize (last row first, Q formed)
+// The method is the one of the CPU reference (same decisions, same formulas):
+//   kernels/src/householder/tridiagonalize.rs   householder_tridiagonalize (last row first)
 //   kernels/src/stedc/divide_conquer.rs         stedc, solve_unreduced, solve_2x2, merge
 //   kernels/src/stedc/secular.rs                secular_equation_root (one lane per root)
 //   kernels/src/stedc/truncated_solve.rs        truncated_eigen_solve
 //   kernels/src/batch/escalate.rs               levels 1-2 of solve_one for divide and conquer
-// Parallelism only where every output element is computed by one lane with the CPU's
-// own loop order (dot products, column updates, secular roots, ranks); sums whose
-// order matters and the sequential decisions (splits, division tree, deflation) run on
-// lane 0. So the GPU and the CPU agree bit for bit, barring differences in the
-// correctly rounded library functions (none are used: only + - * / sqrt).
+// but organised for the warp, so results agree with the CPU to rounding, not bit for bit:
+//  * Householder: lane r owns row r of the full symmetric matrix; sums by shuffles. Q is
+//    never formed: the reflectors stay in A (u_i in row i, w_i = u_i / beta_i in column i)
+//    and are applied to b and to the solution.
+//  * Divide and conquer: every unreduced block and every node of one depth of the
+//    division trees is merged at once, lane i working for row / pole / root i of the
+//    node that contains row i. Merge positions, deflation lists and ranks come from
+//    counts, ballots and prefix popcounts; the deflation scan of dlaed2 is sequential
+//    only when a close pair of poles is found (checked first on the unmodified poles,
+//    for which the scan's decisions are those of the parallel test), then one lane per
+//    node runs it. The secular iterations keep, per root, only the origin and tau:
+//    d_j - lambda = (d_j - d_origin) - tau is recomputed (same rounding) where needed.
+//  * Z = Q W row by row with the row's new entries in registers (Q is the children's
+//    eigenvector block, sorted and rotated in place), W^T stored block-diagonally.
 //
 // Requires N (system size, 1..64) and REAL_F64; no NSTAR. Block = one warp (32 threads).
 
@@ -28,21 +36,48 @@
 
 #define SECULAR_MAX_ITERATIONS 30
 #define MODEL_ITERATIONS 8
+#define FULL_MASK 0xffffffffu
+
+// Elements per lane (rows, poles, roots) and the padded leading dimension of the
+// matrices in shared memory (odd: rows and columns are read without bank conflicts).
+constexpr int SLOTS = (N + 31) / 32;
+constexpr int LD = (N % 2 == 0) ? N + 1 : N;
 
 __device__ __forceinline__ double dnan() { return __longlong_as_double(0x7ff8000000000000ULL); }
 
 __device__ __forceinline__ real warp_max(real v) {
 #pragma unroll
-    for (int off = 16; off >= 1; off >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, off));
+    for (int off = 16; off >= 1; off >>= 1) v = fmax(v, __shfl_xor_sync(FULL_MASK, v, off));
     return v;
 }
 __device__ __forceinline__ real warp_min(real v) {
 #pragma unroll
-    for (int off = 16; off >= 1; off >>= 1) v = fmin(v, __shfl_xor_sync(0xffffffffu, v, off));
+    for (int off = 16; off >= 1; off >>= 1) v = fmin(v, __shfl_xor_sync(FULL_MASK, v, off));
     return v;
 }
-__device__ __forceinline__ bool warp_any(bool p) { return __any_sync(0xffffffffu, p); }
-__device__ __forceinline__ int warp_count(bool p) { return __popc(__ballot_sync(0xffffffffu, p)); }
+__device__ __forceinline__ real warp_sum(real v) {
+#pragma unroll
+    for (int off = 16; off >= 1; off >>= 1) v += __shfl_xor_sync(FULL_MASK, v, off);
+    return v;
+}
+__device__ __forceinline__ int warp_max_int(int v) {
+#pragma unroll
+    for (int off = 16; off >= 1; off >>= 1) v = max(v, __shfl_xor_sync(FULL_MASK, v, off));
+    return v;
+}
+__device__ __forceinline__ bool warp_any(bool p) { return __any_sync(FULL_MASK, p); }
+__device__ __forceinline__ int warp_count(bool p) { return __popc(__ballot_sync(FULL_MASK, p)); }
+
+// Bit i set where p holds for element i = lane + 32 s.
+__device__ __forceinline__ unsigned long long ballot64(const bool (&p)[SLOTS]) {
+    unsigned long long m = __ballot_sync(FULL_MASK, p[0]);
+    if constexpr (SLOTS > 1) m |= (unsigned long long)__ballot_sync(FULL_MASK, p[1]) << 32;
+    return m;
+}
+// Bits 0..k-1 (k in 0..64).
+__device__ __forceinline__ unsigned long long low_bits(int k) {
+    return k >= 64 ? ~0ULL : ((1ULL << k) - 1ULL);
+}
 
 // floor(log2 |x|) from the exponent bits of |x| as a double (ilogb of divide_conquer.rs).
 __device__ __forceinline__ int ilogb_bits(double v) {
@@ -131,121 +166,132 @@ __device__ Check residual_check_warp(const real* a, const real* b, const real* x
     return ch;
 }
 
-// ---------------------------------------------------------------------------------
-// Householder tridiagonalization, A = Q T Q^T (householder_tridiagonalize), in place
-// in the column-major N x N array a (lower triangle holds A on entry, Q on exit).
-// d, e: diagonal and off-diagonal of T. tmp: N scratch.
-// ---------------------------------------------------------------------------------
-__device__ void reduce_row(int i, real* a, real* d, real* e, real* tmp, int lane) {
-    const int l = i - 1;
-    real sc = 0;
-    for (int k = lane; k < i; k += 32) sc = fmax(sc, fabs(a[i + k * N]));
-    sc = warp_max(sc);
-    real sigma = 0;
-    if (sc != (real)0) {
-        for (int k = lane; k < l; k += 32) tmp[k] = a[i + k * N] / sc;
-        __syncwarp();
-        if (lane == 0)
-            for (int k = 0; k < l; ++k) sigma += tmp[k] * tmp[k];
-        sigma = __shfl_sync(0xffffffffu, sigma, 0);
-    }
-    if (sc == (real)0 || sigma < REAL_MIN_POSITIVE) {
-        __syncwarp();
-        if (lane == 0) e[l] = a[i + l * N];
-        __syncwarp();
-        for (int k = lane; k < i; k += 32) {
-            a[i + k * N] = 0;
-            a[k + i * N] = 0;
-        }
-        __syncwarp();
-        return;
-    }
-    for (int k = lane; k < l; k += 32) a[i + k * N] = tmp[k];
-    const real f = a[i + l * N] / sc;
-    const real g = sqrt(sigma + f * f);
-    const real alpha = -copysign(g, f);
-    __syncwarp();
-    if (lane == 0) {
-        e[l] = alpha * sc;
-        a[i + l * N] = f - alpha;
-    }
-    const real bb = g * (g + fabs(f));
-    __syncwarp();
-    for (int k = lane; k < i; k += 32) a[k + i * N] = a[i + k * N] / bb;
-    __syncwarp();
-    // p = A_i w, one row per lane.
-    for (int r = lane; r < i; r += 32) {
-        real p = 0;
-        for (int c = 0; c < i; ++c) {
-            real arc = c <= r ? a[r + c * N] : a[c + r * N];
-            p += arc * a[c + i * N];
-        }
-        d[r] = p;
-    }
-    __syncwarp();
-    real kk = 0;
-    if (lane == 0)
-        for (int r = 0; r < i; ++r) kk += a[r + i * N] * d[r];
-    kk = __shfl_sync(0xffffffffu, kk, 0);
-    kk *= (real)0.5;
-    for (int r = lane; r < i; r += 32) d[r] -= kk * a[i + r * N];
-    __syncwarp();
-    // A_i -= q u^T + u q^T on the lower triangle, one row per lane.
-    for (int r = lane; r < i; r += 32) {
-        const real ur = a[i + r * N];
-        const real qr = d[r];
-        for (int c = 0; c <= r; ++c) {
-            const real uc = a[i + c * N];
-            const real qc = d[c];
-            a[r + c * N] -= qr * uc + ur * qc;
-        }
-    }
-    __syncwarp();
-}
 
-__device__ void apply_reflector(int i, real* a, int lane) {
-    if (a[(i - 1) + i * N] == (real)0) return;
-    real s[2];
+// ---------------------------------------------------------------------------------
+// Householder tridiagonalization A = Q T Q^T (householder_tridiagonalize), in place in
+// the full symmetric N x N array a (leading dimension LD), lane r owning row r. Step i
+// (i = N-1 down to 2) reduces row i with H_i = I - u_i u_i^T / beta_i (u_i supported on
+// rows < i); on exit row i holds u_i and column i holds w_i = u_i / beta_i (both zero
+// where H_i = I), so Q = H_{N-1} ... H_2. d, e: diagonal and off-diagonal of T;
+// qv: N scratch.
+// ---------------------------------------------------------------------------------
+__device__ void householder_tridiagonalize(real* a, real* d, real* e, real* qv, int lane) {
+    for (int i = N - 1; i >= 2; --i) {
+        const int l = i - 1;
+        real x[SLOTS], t[SLOTS];
+        real sc = 0;
 #pragma unroll
-    for (int q = 0; q < 2; ++q) {
-        int c = lane + 32 * q;
-        s[q] = 0;
-        if (c < i)
-            for (int r = 0; r < i; ++r) s[q] += a[i + r * N] * a[r + c * N];
-    }
-    __syncwarp();
+        for (int s = 0; s < SLOTS; ++s) {
+            const int k = lane + 32 * s;
+            x[s] = k < i ? a[i + k * LD] : (real)0;
+            sc = fmax(sc, fabs(x[s]));
+        }
+        sc = warp_max(sc);
+        real sigma = 0;
+        if (sc != (real)0) {
 #pragma unroll
-    for (int q = 0; q < 2; ++q) {
-        int c = lane + 32 * q;
-        if (c < i)
-            for (int r = 0; r < i; ++r) a[r + c * N] -= a[r + i * N] * s[q];
+            for (int s = 0; s < SLOTS; ++s) {
+                const int k = lane + 32 * s;
+                t[s] = k < l ? x[s] / sc : (real)0;
+                sigma += t[s] * t[s];
+            }
+            sigma = warp_sum(sigma);
+        }
+        const real xl = a[i + l * LD];
+        __syncwarp();
+        if (sc == (real)0 || sigma < REAL_MIN_POSITIVE) {
+            if (lane == 0) e[l] = xl;
+#pragma unroll
+            for (int s = 0; s < SLOTS; ++s) {
+                const int k = lane + 32 * s;
+                if (k < i) {
+                    a[i + k * LD] = 0;
+                    a[k + i * LD] = 0;
+                }
+            }
+            __syncwarp();
+            continue;
+        }
+        const real f = xl / sc;
+        const real g = sqrt(sigma + f * f);
+        const real alpha = -copysign(g, f);
+        const real beta = g * (g + fabs(f));
+        real u[SLOTS], w[SLOTS];
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const int k = lane + 32 * s;
+            u[s] = k < l ? t[s] : (k == l ? f - alpha : (real)0);
+            w[s] = u[s] / beta;
+            if (k < i) {
+                a[i + k * LD] = u[s];
+                a[k + i * LD] = w[s];
+            }
+        }
+        if (lane == 0) e[l] = alpha * sc;
+        __syncwarp();
+        // p = A_i w (row r by lane r), K = w^T p / 2, q = p - K u.
+        real p[SLOTS];
+        real kk = 0;
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const int r = lane + 32 * s;
+            p[s] = 0;
+            if (r < i) {
+                for (int c = 0; c < i; ++c) p[s] += a[r + c * LD] * a[c + i * LD];
+            }
+            kk += w[s] * p[s];
+        }
+        kk = warp_sum(kk) * (real)0.5;
+        real q[SLOTS];
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const int r = lane + 32 * s;
+            q[s] = p[s] - kk * u[s];
+            if (r < i) qv[r] = q[s];
+        }
+        __syncwarp();
+        // A_i -= q u^T + u q^T (both triangles, row r by lane r).
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const int r = lane + 32 * s;
+            if (r < i) {
+                for (int c = 0; c < i; ++c) a[r + c * LD] -= q[s] * a[i + c * LD] + u[s] * qv[c];
+            }
+        }
+        __syncwarp();
     }
-    __syncwarp();
-}
-
-__device__ void householder_tridiagonalize(real* a, real* d, real* e, real* tmp, int lane) {
-    for (int i = N - 1; i >= 2; --i) reduce_row(i, a, d, e, tmp, lane);
-    __syncwarp();
     if (N >= 2 && lane == 0) e[0] = a[1];
-    for (int k = lane; k < N; k += 32) d[k] = a[k + k * N];
-    __syncwarp();
-    if (lane == 0) a[0] = 1;
-    __syncwarp();
-    for (int j = 1; j < N; ++j) {
-        for (int k = lane; k < j; k += 32) {
-            a[j + k * N] = 0;
-            a[k + j * N] = 0;
-        }
-        if (lane == 0) a[j + j * N] = 1;
-        __syncwarp();
-        if (j + 1 < N) apply_reflector(j + 1, a, lane);
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        const int k = lane + 32 * s;
+        if (k < N) d[k] = a[k + k * LD];
     }
     __syncwarp();
 }
 
+// y <- Q^T y (transpose = true) or Q y with the reflectors left in a; y: lane k holds
+// y_k in slot k / 32.
+__device__ void apply_q(const real* a, real (&y)[SLOTS], bool transpose, int lane) {
+    for (int step = 0; step < N - 2; ++step) {
+        const int i = transpose ? N - 1 - step : 2 + step;
+        real dot = 0;
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const int k = lane + 32 * s;
+            if (k < i) dot += a[i + k * LD] * y[s];
+        }
+        dot = warp_sum(dot);
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const int k = lane + 32 * s;
+            if (k < i) y[s] -= a[k + i * LD] * dot;
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------
-// Secular equation (secular.rs), one root per lane; d, z in shared memory, delta this
-// lane's column.
+// Secular equation (secular.rs), one root per lane; d, z in shared memory. A root is
+// returned as (origin, tau): lambda = d[origin] + tau, d_j - lambda = (d_j - d_origin) - tau.
 // ---------------------------------------------------------------------------------
 __device__ __forceinline__ real root_between(real a, real b, real c) {
     real disc = sqrt(fabs(a * a - (real)4 * b * c));
@@ -258,7 +304,7 @@ __device__ __forceinline__ real root_right(real a, real b, real c) {
     return (real)2 * b / (a - disc);
 }
 
-__device__ real two_poles(int i, const real* d, const real* z, real rho, real* delta) {
+__device__ void two_poles(int i, const real* d, const real* z, real rho, int* origin, real* tau) {
     const real two = 2;
     real gap = d[1] - d[0];
     real w0 = z[0] * z[0];
@@ -267,45 +313,48 @@ __device__ real two_poles(int i, const real* d, const real* z, real rho, real* d
     if (origin_left) {
         real a = gap + rho * (w0 + w1);
         real b = rho * w0 * gap;
-        real tau = root_between(a, b, (real)1);
-        delta[0] = -tau;
-        delta[1] = gap - tau;
-        return d[0] + tau;
+        *origin = 0;
+        *tau = root_between(a, b, (real)1);
+        return;
     }
     real a = rho * (w0 + w1) - gap;
     real b = -(rho * w1 * gap);
-    real tau = i == 0 ? root_between(a, b, (real)1) : root_right(a, b, (real)1);
-    delta[0] = -gap - tau;
-    delta[1] = -tau;
-    return d[1] + tau;
+    *origin = 1;
+    *tau = i == 0 ? root_between(a, b, (real)1) : root_right(a, b, (real)1);
 }
 
 struct Evaluation {
-    real f, d_left, d2_left, d_a, d_b, d_right, d2_right, err;
+    real f, d_left, d2_left, d_a, d_b, d_right, d2_right, err, delta_a, delta_b;
 };
 
-__device__ Evaluation sec_evaluate(const real* d, const real* z, int k, real rhoinv, int origin, int a, real tau,
-                                   real* delta) {
+// f at lambda = d[origin] + tau with the derivative groups of model_root; one division
+// per pole (the reciprocal of d_j - lambda).
+__device__ Evaluation sec_evaluate(const real* d, const real* z, int k, real rhoinv, int origin, int a, real tau) {
     real f = rhoinv, d_left = 0, d2_left = 0, d_a = 0, d_b = 0, d_right = 0, d2_right = 0, abs_sum = 0;
+    real delta_a = 0, delta_b = 0;
     const real d_origin = d[origin];
     for (int j = 0; j < k; ++j) {
-        real dj = (d[j] - d_origin) - tau;
-        delta[j] = dj;
-        real t = z[j] / dj;
-        real term = z[j] * t;
-        real deriv = t * t;
+        const real dj = (d[j] - d_origin) - tau;
+        const real inv = (real)1 / dj;
+        const real zj = z[j];
+        const real t = zj * inv;
+        const real term = zj * t;
+        const real deriv = t * t;
+        const real deriv2 = deriv * inv;
         f += term;
         abs_sum += fabs(term);
-        if (j < a) {
-            d_left += deriv;
-            d2_left += deriv / dj;
-        } else if (j == a) {
+        const bool left = j < a, right = j > a + 1;
+        d_left += left ? deriv : (real)0;
+        d2_left += left ? deriv2 : (real)0;
+        d_right += right ? deriv : (real)0;
+        d2_right += right ? deriv2 : (real)0;
+        if (j == a) {
             d_a = deriv;
-        } else if (j == a + 1) {
+            delta_a = dj;
+        }
+        if (j == a + 1) {
             d_b = deriv;
-        } else {
-            d_right += deriv;
-            d2_right += deriv / dj;
+            delta_b = dj;
         }
     }
     Evaluation ev;
@@ -316,6 +365,8 @@ __device__ Evaluation sec_evaluate(const real* d, const real* z, int k, real rho
     ev.d_b = d_b;
     ev.d_right = d_right;
     ev.d2_right = d2_right;
+    ev.delta_a = delta_a;
+    ev.delta_b = delta_b;
     ev.err = (real)8 * (abs_sum + rhoinv) + fabs(tau) * (((d_left + d_a) + d_b) + d_right);
     return ev;
 }
@@ -342,11 +393,10 @@ __device__ __forceinline__ bool two_pole_root(real c, real pa, real s, real pb, 
     return false;
 }
 
-__device__ real middle_way_root(const Evaluation& ev, const real* d, const real* delta, int origin, int a, bool last,
-                                real tau) {
+__device__ real middle_way_root(const Evaluation& ev, const real* d, int origin, int a, bool last, real tau) {
     real f = ev.f;
-    real p = delta[a];
-    real q = delta[a + 1];
+    real p = ev.delta_a;
+    real q = ev.delta_b;
     real dpsi = ev.d_left + ev.d_a;
     real dphi = ev.d_b + ev.d_right;
     real c = f - p * dpsi - q * dphi;
@@ -356,8 +406,8 @@ __device__ real middle_way_root(const Evaluation& ev, const real* d, const real*
 }
 
 // Fixed slots: 0 left remainder, 1 pole a, 2 pole a+1, 3 right remainder (present[]).
-__device__ real model_root(const Evaluation& ev, const real* d, const real* z, const real* delta, int origin, int a,
-                           bool last, real tau, real hi_outer) {
+__device__ real model_root(const Evaluation& ev, const real* d, const real* z, int origin, int a, bool last, real tau,
+                           real hi_outer) {
     real pos[4], weights[4], dist[4];
     bool present[4];
     real p_left = ev.d_left / ev.d2_left;
@@ -366,11 +416,11 @@ __device__ real model_root(const Evaluation& ev, const real* d, const real* z, c
     pos[0] = p_left + tau;
     weights[0] = ev.d_left * p_left * p_left;
     present[1] = true;
-    dist[1] = delta[a];
+    dist[1] = ev.delta_a;
     pos[1] = d[a] - d[origin];
     weights[1] = z[a] * z[a];
     present[2] = true;
-    dist[2] = delta[a + 1];
+    dist[2] = ev.delta_b;
     pos[2] = d[a + 1] - d[origin];
     weights[2] = z[a + 1] * z[a + 1];
     real p_right = ev.d_right / ev.d2_right;
@@ -396,12 +446,12 @@ __device__ real model_root(const Evaluation& ev, const real* d, const real* z, c
 #pragma unroll
         for (int l = 0; l < 4; ++l) {
             if (present[l]) {
-                real dl = pos[l] - t;
-                real r = weights[l] / dl;
+                real inv = (real)1 / (pos[l] - t);
+                real r = weights[l] * inv;
                 g += r;
                 g_abs += fabs(r);
-                if (l <= 1) dpsi += r / dl;
-                else dphi += r / dl;
+                if (l <= 1) dpsi += r * inv;
+                else dphi += r * inv;
             }
         }
         if (fabs(g) <= REAL_EPS * g_abs) break;
@@ -423,16 +473,15 @@ __device__ real model_root(const Evaluation& ev, const real* d, const real* z, c
     return t;
 }
 
-// Root i of 1/rho + sum_j z_j^2/(d_j - lambda) = 0; false if not converged.
-__device__ bool secular_root(int i, const real* d, const real* z, int k, real rho, real* delta, real* lambda) {
+// Root i of 1/rho + sum_j z_j^2/(d_j - lambda) = 0 as (origin, tau); false if not converged.
+__device__ bool secular_root(int i, const real* d, const real* z, int k, real rho, int* origin_out, real* tau_out) {
     if (k == 1) {
-        real t = rho * z[0] * z[0];
-        delta[0] = -t;
-        *lambda = d[0] + t;
+        *origin_out = 0;
+        *tau_out = rho * z[0] * z[0];
         return true;
     }
     if (k == 2) {
-        *lambda = two_poles(i, d, z, rho, delta);
+        two_poles(i, d, z, rho, origin_out, tau_out);
         return true;
     }
     const bool last = i == k - 1;
@@ -445,7 +494,7 @@ __device__ bool secular_root(int i, const real* d, const real* z, int k, real rh
     if (!last) {
         real gap = d[i + 1] - d[i];
         real mid = gap / two;
-        ev = sec_evaluate(d, z, k, rhoinv, i, a, mid, delta);
+        ev = sec_evaluate(d, z, k, rhoinv, i, a, mid);
         if (ev.f >= (real)0) {
             real right = 0;
             for (int j = i + 1; j < k; ++j) right += z[j] * z[j];
@@ -468,7 +517,7 @@ __device__ bool secular_root(int i, const real* d, const real* z, int k, real rh
         real mid = ub / two;
         origin = k - 1;
         tau = mid;
-        ev = sec_evaluate(d, z, k, rhoinv, origin, a, mid, delta);
+        ev = sec_evaluate(d, z, k, rhoinv, origin, a, mid);
         if (ev.f <= (real)0) {
             lo = mid;
             hi = ub;
@@ -486,7 +535,8 @@ __device__ bool secular_root(int i, const real* d, const real* z, int k, real rh
     for (int iteration = 0; iteration <= SECULAR_MAX_ITERATIONS; ++iteration) {
         real f = ev.f;
         if (fabs(f) <= REAL_EPS * ev.err) {
-            *lambda = d[origin] + tau;
+            *origin_out = origin;
+            *tau_out = tau;
             return true;
         }
         if (iteration == SECULAR_MAX_ITERATIONS) break;
@@ -500,56 +550,62 @@ __device__ bool secular_root(int i, const real* d, const real* z, int k, real rh
             hi = tau;
             f_hi = f;
         }
-        real next = stalled ? bisect(lo, hi) : model_root(ev, d, z, delta, origin, a, last, tau, hi);
+        real next = stalled ? bisect(lo, hi) : model_root(ev, d, z, origin, a, last, tau, hi);
         if (!stalled && (next == tau || !(next > lo && next < hi))) {
-            next = middle_way_root(ev, d, delta, origin, a, last, tau);
+            next = middle_way_root(ev, d, origin, a, last, tau);
             if (next != tau && !(next > lo && next < hi)) next = bisect(lo, hi);
         }
         if (next == tau) {
-            *lambda = d[origin] + tau;
+            *origin_out = origin;
+            *tau_out = tau;
             return true;
         }
         tau = next;
-        ev = sec_evaluate(d, z, k, rhoinv, origin, a, tau, delta);
+        ev = sec_evaluate(d, z, k, rhoinv, origin, a, tau);
     }
     return false;
 }
 
 // ---------------------------------------------------------------------------------
-// Divide and conquer (divide_conquer.rs).
+// Divide and conquer (divide_conquer.rs), all nodes of one depth at once.
 // ---------------------------------------------------------------------------------
 struct Ws {
-    real* q;         // N*N
-    real* w;         // N*N
-    real* d_sorted;  // N
-    real* z_sorted;
-    real* d_kept;
-    real* z_kept;
-    real* z_hat;
-    real* values;
-    real* rot_c;     // N
-    real* rot_s;     // N
-    int* perm;       // N
-    int* kept;       // N
-    int* deflated;   // N
-    int* rank;       // N
-    int* node_first; // 2N
-    int* node_len;   // 2N
-    int* rot_p;      // N
-    int* rot_k;      // N
-    int* block_end;  // N
-    int* misc;       // 8: [0] kk, [1] nd, [2] nrot, [3] error, [4] node count, [5] blocks
+    real* z;  // N x LD: eigenvectors, column c at z + c * LD
+    real* w;  // N x LD: per node, W^T in the node's diagonal block (w[(f + j) + (f + l) LD] = W[l][j])
+    // Indexed by row: entry f + k belongs to the node starting at row f.
+    real *dsrt, *zsrt;  // poles and updating vector in sorted order
+    real *dk, *zk;      // non-deflated poles (scaled) and weights
+    real* zh;           // Gu-Eisenstat updating vector
+    real* vals;         // new eigenvalues: K roots, then the deflated poles
+    real* stau;         // tau of root j (its origin in sorg)
+    real *rotc, *rots;  // deflation rotations (sequential path)
+    int* perm;          // sorted position -> child-local column
+    int* ord;           // sorted positions: K kept, then the deflated ones
+    int* col;           // column of z holding entry ord[.]
+    int* rnk;           // final position of vals[.]
+    int* sorg;          // origin of root j
+    int *rotp, *rotk;   // rotation pairs (sorted positions)
+    int* cnt;           // [f]: K of the node starting at f (sequential path)
+    int* rcnt;          // [f]: rotations of the node starting at f
 };
 
-// Ranks of v[0..m) in stable ascending order (ranks of divide_conquer.rs).
-__device__ void ranks(const real* v, int m, int* rank, int lane) {
-    for (int a = lane; a < m; a += 32) {
-        int r = 0;
-        for (int b = 0; b < m; ++b)
-            if (v[b] < v[a] || (v[b] == v[a] && b < a)) ++r;
-        rank[a] = r;
+// The node of depth `depth` of the division tree of block [bs, bs + bsz) that contains
+// row i: returns its length (0 where the path ends in a leaf above that depth) and
+// its first row in *first.
+__device__ __forceinline__ int node_at(int i, int bs, int bsz, int depth, int* first) {
+    int f = 0, len = bsz;
+    const int t = i - bs;
+    for (int dd = 0; dd < depth; ++dd) {
+        if (len <= 2) return 0;
+        const int m = len / 2;
+        if (t - f < m) len = m;
+        else {
+            f += m;
+            len -= m;
+        }
     }
-    __syncwarp();
+    *first = bs + f;
+    return len;
 }
 
 __device__ void solve_2x2(int s, real* d, const real* e, real* z) {
@@ -580,304 +636,519 @@ __device__ void solve_2x2(int s, real* d, const real* e, real* z) {
     }
     d[s] = l0;
     d[s + 1] = l1;
-    z[s + s * N] = v00;
-    z[s + 1 + s * N] = v01;
-    z[s + (s + 1) * N] = v10;
-    z[s + 1 + (s + 1) * N] = v11;
+    z[s + s * LD] = v00;
+    z[s + 1 + s * LD] = v01;
+    z[s + (s + 1) * LD] = v10;
+    z[s + 1 + (s + 1) * LD] = v11;
 }
 
-// Merge of a node of size nn = n1 + n2; d, z point at the node's diagonal entry and
-// block (leading dimension N). Sets ws.misc[3] on failure.
-__device__ void merge(int nn, int n1, real* d, real* z, real e_cut, Ws& ws, int lane) {
+// Z(rows of the node, its columns) = [Q_kept W, Q_deflated] with the columns placed by
+// rnk: each lane computes its row's new entries in registers (JB >= node length).
+template <int JB>
+__device__ void zw_product(Ws& ws, const bool (&act)[SLOTS], const int (&nf)[SLOTS], const int (&nl)[SLOTS],
+                           const int (&kk)[SLOTS], int lane) {
+    real* z = ws.z;
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        if (!act[s]) continue;
+        const int r = lane + 32 * s;
+        const int f = nf[s], len = nl[s], k = kk[s];
+        const int* col = ws.col + f;
+        real acc[JB];
+#pragma unroll
+        for (int j = 0; j < JB; ++j) {
+            acc[j] = 0;
+            if (j >= k && j < len) acc[j] = z[r + col[j] * LD];
+        }
+        const real* wblk = ws.w + f + f * LD;
+        for (int l = 0; l < k; ++l) {
+            const real qv = z[r + col[l] * LD];
+            const real* wr = wblk + l * LD;
+#pragma unroll
+            for (int j = 0; j < JB; ++j)
+                if (j < k) acc[j] += qv * wr[j];
+        }
+        const int* rk = ws.rnk + f;
+#pragma unroll
+        for (int j = 0; j < JB; ++j)
+            if (j < len) z[r + (f + rk[j]) * LD] = acc[j];
+    }
+}
+
+// Merges every node of depth `depth` (length > 2) from its children (divide_conquer.rs
+// merge). bs, bsz: the unreduced block of each slot's row. False if a secular equation
+// did not converge or gave a non-finite root.
+__device__ bool merge_level(int depth, real* d, const real* e, Ws& ws, const int (&bs)[SLOTS],
+                            const int (&bsz)[SLOTS], int lane) {
     const real inv_sqrt2 = (real)0.7071067811865476;
-    const real rho = (real)2 * fabs(e_cut);
-    const real sigma = copysign((real)1, e_cut);
-    if (lane == 0) {
-        int a = 0, b = n1;
-        for (int k = 0; k < nn; ++k) {
-            bool take_left = b == nn || (a < n1 && d[a] <= d[b]);
-            if (take_left) ws.perm[k] = a++;
-            else ws.perm[k] = b++;
-        }
+    bool act[SLOTS];
+    int nf[SLOTS], nl[SLOTS], n1[SLOTS], kk[SLOTS];
+    bool any = false;
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        const int i = lane + 32 * s;
+        nf[s] = 0;
+        nl[s] = i < N ? node_at(i, bs[s], bsz[s], depth, &nf[s]) : 0;
+        act[s] = nl[s] > 2;
+        n1[s] = nl[s] / 2;
+        any |= act[s];
     }
-    __syncwarp();
-    real* q = ws.q;
-    for (int k = 0; k < nn; ++k) {
-        const int src = ws.perm[k];
-        real* col = q + k * nn;
-        for (int r = lane; r < nn; r += 32) {
-            real v;
-            if (src < n1) v = r < n1 ? z[r + src * N] : (real)0;
-            else v = r < n1 ? (real)0 : z[r + src * N];
-            col[r] = v;
-        }
-    }
-    for (int k = lane; k < nn; k += 32) {
-        const int src = ws.perm[k];
-        ws.z_sorted[k] = src < n1 ? z[(n1 - 1) + src * N] * inv_sqrt2 : sigma * z[n1 + src * N] * inv_sqrt2;
-        ws.d_sorted[k] = d[src];
-    }
-    __syncwarp();
-    real dmax = 0;
-    for (int k = lane; k < nn; k += 32) dmax = fmax(dmax, fabs(ws.d_sorted[k]));
-    dmax = warp_max(dmax);
-    const real tol = (real)8 * REAL_EPS * fmax(dmax, rho);
-    // Deflation decisions (sequential), rotations recorded and applied row-parallel.
-    if (lane == 0) {
-        int kk = 0, nd = 0, nrot = 0, pending = -1;
-        for (int k = 0; k < nn; ++k) {
-            if (rho * fabs(ws.z_sorted[k]) <= tol) {
-                ws.deflated[nd++] = k;
-                continue;
-            }
-            if (pending < 0) {
-                pending = k;
-                continue;
-            }
-            const int p = pending;
-            real zp = ws.z_sorted[p], zk = ws.z_sorted[k];
-            real tau = sqrt(zp * zp + zk * zk);
-            real c = zk / tau;
-            real s = -(zp / tau);
-            real gap = ws.d_sorted[k] - ws.d_sorted[p];
-            if (fabs(gap * c * s) <= tol) {
-                ws.z_sorted[k] = tau;
-                ws.z_sorted[p] = 0;
-                ws.rot_p[nrot] = p;
-                ws.rot_k[nrot] = k;
-                ws.rot_c[nrot] = c;
-                ws.rot_s[nrot] = s;
-                ++nrot;
-                real dp = ws.d_sorted[p], dk = ws.d_sorted[k];
-                ws.d_sorted[p] = dp * c * c + dk * s * s;
-                ws.d_sorted[k] = dp * s * s + dk * c * c;
-                ws.deflated[nd++] = p;
-            } else {
-                ws.kept[kk++] = p;
-            }
-            pending = k;
-        }
-        if (pending >= 0) ws.kept[kk++] = pending;
-        ws.misc[0] = kk;
-        ws.misc[1] = nd;
-        ws.misc[2] = nrot;
-    }
-    __syncwarp();
-    const int kk = ws.misc[0], nd = ws.misc[1], nrot = ws.misc[2];
-    for (int r = lane; r < nn; r += 32) {
-        for (int t = 0; t < nrot; ++t) {
-            const int p = ws.rot_p[t], k = ws.rot_k[t];
-            const real c = ws.rot_c[t], s = ws.rot_s[t];
-            real x = q[r + p * nn], y = q[r + k * nn];
-            q[r + p * nn] = c * x + s * y;
-            q[r + k * nn] = c * y - s * x;
-        }
-    }
-    const int exponent = ilogb_bits((double)fmax(dmax, rho));
-    const real rho_scaled = scale_pow2(rho, -exponent);
-    for (int l = lane; l < kk; l += 32) {
-        ws.d_kept[l] = scale_pow2(ws.d_sorted[ws.kept[l]], -exponent);
-        ws.z_kept[l] = ws.z_sorted[ws.kept[l]];
-    }
-    __syncwarp();
-    real* w = ws.w;
-    bool fail = false;
-    for (int j = lane; j < kk; j += 32) {
-        real lambda;
-        if (!secular_root(j, ws.d_kept, ws.z_kept, kk, rho_scaled, w + j * kk, &lambda) || !finite(lambda)) {
-            fail = true;
-            lambda = 0;
-        }
-        ws.values[j] = scale_pow2(lambda, exponent);
-    }
-    if (warp_any(fail)) {
-        if (lane == 0) ws.misc[3] = 1;
-        __syncwarp();
-        return;
-    }
-    __syncwarp();
-    if (kk == 1) {
-        if (lane == 0) w[0] = 1;
-    } else if (kk > 1) {
-        for (int i = lane; i < kk; i += 32) {
-            real prod = w[i + i * kk];
-            for (int j = 0; j < kk; ++j)
-                if (j != i) prod *= w[i + j * kk] / (ws.d_kept[i] - ws.d_kept[j]);
-            ws.z_hat[i] = copysign(sqrt(-prod), ws.z_kept[i]);
-        }
-        __syncwarp();
-        for (int j = lane; j < kk; j += 32) {
-            real* col = w + j * kk;
-            real vmax = 0;
-            for (int i = 0; i < kk; ++i) {
-                real x = ws.z_hat[i] / col[i];
-                col[i] = x;
-                vmax = fmax(vmax, fabs(x));
-            }
-            real norm2 = 0;
-            for (int i = 0; i < kk; ++i) {
-                col[i] /= vmax;
-                norm2 += col[i] * col[i];
-            }
-            real inv = (real)1 / sqrt(norm2);
-            for (int i = 0; i < kk; ++i) col[i] *= inv;
-        }
-    }
-    for (int t = lane; t < nd; t += 32) ws.values[kk + t] = ws.d_sorted[ws.deflated[t]];
-    __syncwarp();
-    ranks(ws.values, nn, ws.rank, lane);
-    for (int idx = lane; idx < nn; idx += 32) d[ws.rank[idx]] = ws.values[idx];
-    for (int j = 0; j < kk; ++j) {
-        const int pos = ws.rank[j];
-        const real* wcol = w + j * kk;
-        for (int r = lane; r < nn; r += 32) {
-            real acc = 0;
-            for (int l = 0; l < kk; ++l) acc += q[r + ws.kept[l] * nn] * wcol[l];
-            z[r + pos * N] = acc;
-        }
-    }
-    for (int t = 0; t < nd; ++t) {
-        const int pos = ws.rank[kk + t];
-        const int k = ws.deflated[t];
-        for (int r = lane; r < nn; r += 32) z[r + pos * N] = q[r + k * nn];
-    }
-    __syncwarp();
-}
-
-__device__ void solve_unreduced(int start, int size, real* d, const real* e, real* z, Ws& ws, int lane) {
-    if (lane == 0) {
-        int count = 1, head = 0;
-        ws.node_first[0] = 0;
-        ws.node_len[0] = size;
-        while (head < count) {
-            int first = ws.node_first[head], len = ws.node_len[head];
-            ++head;
-            if (len > 2) {
-                int m = len / 2;
-                ws.node_first[count] = first;
-                ws.node_len[count] = m;
-                ++count;
-                ws.node_first[count] = first + m;
-                ws.node_len[count] = len - m;
-                ++count;
-            }
-        }
-        ws.misc[4] = count;
-        for (int t = 0; t < count; ++t) {
-            int first = ws.node_first[t], len = ws.node_len[t];
-            if (len > 2) {
-                int cut = start + first + len / 2 - 1;
-                real a = fabs(e[cut]);
-                d[cut] -= a;
-                d[cut + 1] -= a;
-            }
-        }
-    }
-    __syncwarp();
-    const int count = ws.misc[4];
-    for (int idx = count - 1; idx >= 0; --idx) {
-        const int first = ws.node_first[idx], len = ws.node_len[idx];
-        const int s = start + first;
-        if (len == 1) {
-            if (lane == 0) z[s + s * N] = 1;
-        } else if (len == 2) {
-            if (lane == 0) solve_2x2(s, d, e, z);
+    if (!warp_any(any)) return true;
+    // Merge the two ascending lists of child eigenvalues (stable, left child first).
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        if (!act[s]) continue;
+        const int i = lane + 32 * s;
+        const int f = nf[s], a = i - f;
+        const real v = d[i];
+        int pos;
+        if (a < n1[s]) {
+            int c = 0;
+            for (int b = n1[s]; b < nl[s]; ++b) c += d[f + b] < v;
+            pos = a + c;
         } else {
-            const int n1 = len / 2;
-            merge(len, n1, d + s, z + s + s * N, e[s + n1 - 1], ws, lane);
-            if (ws.misc[3]) return;
+            int c = 0;
+            for (int b = 0; b < n1[s]; ++b) c += d[f + b] <= v;
+            pos = a - n1[s] + c;
+        }
+        ws.perm[f + pos] = a;
+    }
+    __syncwarp();
+    // Poles and updating vector u in sorted order.
+    real rho[SLOTS], zs[SLOTS];
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        rho[s] = 0;
+        zs[s] = 0;
+        if (!act[s]) continue;
+        const int i = lane + 32 * s;
+        const int f = nf[s], m = n1[s];
+        const real e_cut = e[f + m - 1];
+        rho[s] = (real)2 * fabs(e_cut);
+        const real sigma = copysign((real)1, e_cut);
+        const int src = ws.perm[i];
+        zs[s] = src < m ? ws.z[(f + m - 1) + (f + src) * LD] * inv_sqrt2
+                        : sigma * ws.z[(f + m) + (f + src) * LD] * inv_sqrt2;
+        ws.dsrt[i] = d[f + src];
+        ws.zsrt[i] = zs[s];
+    }
+    __syncwarp();
+    // Deflation (dlaed2): tol, small components, then close pairs of poles.
+    real tol[SLOTS], dmax[SLOTS];
+    bool defl[SLOTS], kept[SLOTS], close[SLOTS];
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        tol[s] = 0;
+        dmax[s] = 0;
+        defl[s] = false;
+        kept[s] = false;
+        if (!act[s]) continue;
+        real m = 0;
+        for (int b = 0; b < nl[s]; ++b) m = fmax(m, fabs(ws.dsrt[nf[s] + b]));
+        dmax[s] = m;
+        tol[s] = (real)8 * REAL_EPS * fmax(m, rho[s]);
+        defl[s] = rho[s] * fabs(zs[s]) <= tol[s];
+        kept[s] = !defl[s];
+    }
+    const unsigned long long kmask = ballot64(kept);
+    const unsigned long long dmask = ballot64(defl);
+    bool any_close = false;
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        close[s] = false;
+        if (!kept[s]) continue;
+        const int i = lane + 32 * s;
+        const unsigned long long before = kmask & low_bits(i) & ~low_bits(nf[s]);
+        if (before == 0ULL) continue;
+        const int p = 63 - __clzll((long long)before);
+        const real zp = ws.zsrt[p], zk = zs[s];
+        const real tau = sqrt(zp * zp + zk * zk);
+        const real c = zk / tau;
+        const real sn = -(zp / tau);
+        const real gap = ws.dsrt[i] - ws.dsrt[p];
+        close[s] = fabs(gap * c * sn) <= tol[s];
+        any_close |= close[s];
+    }
+    if (warp_any(any_close)) {
+        // The sequential scan of dlaed2, one lane per node (close pairs modify the
+        // poles and weights that the next test reads).
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const int i = lane + 32 * s;
+            if (!act[s] || i != nf[s]) continue;
+            const int f = nf[s], len = nl[s];
+            real* zsr = ws.zsrt + f;
+            real* dsr = ws.dsrt + f;
+            int nk = 0, nrot = 0, pending = -1;
+            int* kl = ws.ord + f;
+            // Deflated entries are collected at the end of ord (reversed, then flipped).
+            int nd = 0;
+            for (int k = 0; k < len; ++k) {
+                if (rho[s] * fabs(zsr[k]) <= tol[s]) {
+                    ws.col[f + nd++] = k;  // col: scratch for the deflated list here
+                    continue;
+                }
+                if (pending < 0) {
+                    pending = k;
+                    continue;
+                }
+                const int p = pending;
+                const real zp = zsr[p], zk = zsr[k];
+                const real tau = sqrt(zp * zp + zk * zk);
+                const real c = zk / tau;
+                const real sn = -(zp / tau);
+                const real gap = dsr[k] - dsr[p];
+                if (fabs(gap * c * sn) <= tol[s]) {
+                    zsr[k] = tau;
+                    zsr[p] = 0;
+                    ws.rotp[f + nrot] = p;
+                    ws.rotk[f + nrot] = k;
+                    ws.rotc[f + nrot] = c;
+                    ws.rots[f + nrot] = sn;
+                    ++nrot;
+                    const real dp = dsr[p], dk = dsr[k];
+                    dsr[p] = dp * c * c + dk * sn * sn;
+                    dsr[k] = dp * sn * sn + dk * c * c;
+                    ws.col[f + nd++] = p;
+                } else {
+                    kl[nk++] = p;
+                }
+                pending = k;
+            }
+            if (pending >= 0) kl[nk++] = pending;
+            for (int t = 0; t < nd; ++t) kl[nk + t] = ws.col[f + t];
+            ws.cnt[f] = nk;
+            ws.rcnt[f] = nrot;
         }
         __syncwarp();
+        // Rotations of the columns of z (row by lane), in the scan's order.
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            if (!act[s]) continue;
+            const int r = lane + 32 * s;
+            const int f = nf[s];
+            kk[s] = ws.cnt[f];
+            const int nrot = ws.rcnt[f];
+            for (int t = 0; t < nrot; ++t) {
+                const int cp = f + ws.perm[f + ws.rotp[f + t]];
+                const int ck = f + ws.perm[f + ws.rotk[f + t]];
+                const real c = ws.rotc[f + t], sn = ws.rots[f + t];
+                const real x = ws.z[r + cp * LD], y = ws.z[r + ck * LD];
+                ws.z[r + cp * LD] = c * x + sn * y;
+                ws.z[r + ck * LD] = c * y - sn * x;
+            }
+        }
+    } else {
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            kk[s] = 0;
+            if (!act[s]) continue;
+            const int i = lane + 32 * s;
+            const int f = nf[s];
+            const unsigned long long node = low_bits(f + nl[s]) & ~low_bits(f);
+            const unsigned long long before = low_bits(i) & ~low_bits(f);
+            kk[s] = __popcll(kmask & node);
+            const int jj = kept[s] ? __popcll(kmask & before) : kk[s] + __popcll(dmask & before);
+            ws.ord[f + jj] = i - f;
+        }
     }
+    __syncwarp();
+    // Scaled kept poles and weights, deflated eigenvalues, source columns.
+    int expo[SLOTS];
+    real rho_s[SLOTS];
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        expo[s] = 0;
+        rho_s[s] = 0;
+        if (!act[s]) continue;
+        const int i = lane + 32 * s;
+        const int f = nf[s], jj = i - f;
+        expo[s] = ilogb_bits((double)fmax(dmax[s], rho[s]));
+        rho_s[s] = scale_pow2(rho[s], -expo[s]);
+        const int k = ws.ord[i];
+        ws.col[i] = f + ws.perm[f + k];
+        if (jj < kk[s]) {
+            ws.dk[i] = scale_pow2(ws.dsrt[f + k], -expo[s]);
+            ws.zk[i] = ws.zsrt[f + k];
+        } else {
+            ws.vals[i] = ws.dsrt[f + k];
+        }
+    }
+    __syncwarp();
+    // Secular equation: lane f + j solves root j of its node.
+    bool fail = false;
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        if (!act[s]) continue;
+        const int i = lane + 32 * s;
+        const int f = nf[s], jj = i - f;
+        if (jj >= kk[s]) continue;
+        int origin = 0;
+        real tau = 0;
+        const bool ok = secular_root(jj, ws.dk + f, ws.zk + f, kk[s], rho_s[s], &origin, &tau);
+        const real lambda = ws.dk[f + origin] + tau;
+        if (!ok || !finite(lambda)) fail = true;
+        ws.vals[i] = scale_pow2(lambda, expo[s]);
+        ws.sorg[i] = origin;
+        ws.stau[i] = tau;
+    }
+    if (warp_any(fail)) return false;
+    __syncwarp();
+    // Gu-Eisenstat: z_hat_l^2 = prod_j (lambda_j - d_l) / prod_{j != l} (d_j - d_l) (sign of z_l).
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        if (!act[s]) continue;
+        const int i = lane + 32 * s;
+        const int f = nf[s], l = i - f, k = kk[s];
+        if (l >= k || k < 2) continue;
+        const real* dkf = ws.dk + f;
+        const real dl = dkf[l];
+        real prod = (dl - dkf[ws.sorg[i]]) - ws.stau[i];
+        for (int j = 0; j < k; ++j) {
+            if (j == l) continue;
+            const real delta = (dl - dkf[ws.sorg[f + j]]) - ws.stau[f + j];
+            prod *= delta / (dl - dkf[j]);
+        }
+        ws.zh[i] = copysign(sqrt(-prod), ws.zk[i]);
+    }
+    __syncwarp();
+    // Column j of W (lane f + j): (diag(d) - lambda_j)^{-1} z_hat, normalised; stored
+    // transposed. Ranks of the new eigenvalues.
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        if (!act[s]) continue;
+        const int i = lane + 32 * s;
+        const int f = nf[s], j = i - f, k = kk[s];
+        if (j < k) {
+            real* wc = ws.w + i + f * LD;
+            if (k == 1) {
+                wc[0] = 1;
+            } else {
+                const real* dkf = ws.dk + f;
+                const real dorg = dkf[ws.sorg[i]], tau = ws.stau[i];
+                real vmax = 0;
+                for (int l = 0; l < k; ++l) {
+                    const real x = ws.zh[f + l] / ((dkf[l] - dorg) - tau);
+                    wc[l * LD] = x;
+                    vmax = fmax(vmax, fabs(x));
+                }
+                real norm2 = 0;
+                for (int l = 0; l < k; ++l) {
+                    const real x = wc[l * LD] / vmax;
+                    wc[l * LD] = x;
+                    norm2 += x * x;
+                }
+                const real inv = (real)1 / sqrt(norm2);
+                for (int l = 0; l < k; ++l) wc[l * LD] *= inv;
+            }
+        }
+        const real v = ws.vals[i];
+        int r = 0;
+        for (int b = 0; b < nl[s]; ++b) {
+            const real vb = ws.vals[f + b];
+            r += (vb < v || (vb == v && b < j));
+        }
+        ws.rnk[i] = r;
+    }
+    __syncwarp();
+    int lmax = 0;
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) lmax = max(lmax, act[s] ? nl[s] : 0);
+    lmax = warp_max_int(lmax);
+    if (lmax <= 4) zw_product<(N < 4 ? N : 4)>(ws, act, nf, nl, kk, lane);
+    else if (lmax <= 8) zw_product<(N < 8 ? N : 8)>(ws, act, nf, nl, kk, lane);
+    else if (lmax <= 16) zw_product<(N < 16 ? N : 16)>(ws, act, nf, nl, kk, lane);
+    else if (lmax <= 32) zw_product<(N < 32 ? N : 32)>(ws, act, nf, nl, kk, lane);
+    else zw_product<N>(ws, act, nf, nl, kk, lane);
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        if (!act[s]) continue;
+        const int i = lane + 32 * s;
+        d[nf[s] + ws.rnk[i]] = ws.vals[i];
+    }
+    __syncwarp();
+    return true;
 }
 
-// stedc: d (N) eigenvalues ascending on exit, e (N-1) destroyed, z (N x N) eigenvectors.
-// Returns false on failure (non-finite data, secular equation not converged).
-__device__ bool stedc(real* d, real* e, real* z, Ws& ws, int lane) {
+// stedc: d (N) eigenvalues ascending on exit, e (N-1) destroyed, ws.z (N x LD)
+// eigenvectors. Returns false on failure (non-finite data, secular equation not
+// converged).
+__device__ bool stedc(real* d, real* e, Ws& ws, int lane) {
+    real* z = ws.z;
     bool bad = false;
     real anorm = 0;
-    for (int i = lane; i < N; i += 32) {
-        bad |= !finite(d[i]);
-        anorm = fmax(anorm, fabs(d[i]));
-        if (i + 1 < N) {
-            bad |= !finite(e[i]);
-            anorm = fmax(anorm, fabs(e[i]));
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        const int i = lane + 32 * s;
+        if (i < N) {
+            bad |= !finite(d[i]);
+            anorm = fmax(anorm, fabs(d[i]));
+            if (i + 1 < N) {
+                bad |= !finite(e[i]);
+                anorm = fmax(anorm, fabs(e[i]));
+            }
         }
     }
     if (warp_any(bad)) return false;
     anorm = warp_max(anorm);
-    for (int c = 0; c < N; ++c)
-        for (int r = lane; r < N; r += 32) z[r + c * N] = 0;
+    for (int c = 0; c < N; ++c) {
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const int r = lane + 32 * s;
+            if (r < N) z[r + c * LD] = 0;
+        }
+    }
     __syncwarp();
     if (anorm == (real)0) {
-        for (int c = lane; c < N; c += 32) z[c + c * N] = 1;
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const int c = lane + 32 * s;
+            if (c < N) z[c + c * LD] = 1;
+        }
         __syncwarp();
         return true;
     }
     const int exponent = ilogb_bits((double)anorm);
-    for (int i = lane; i < N; i += 32) {
-        d[i] = scale_pow2(d[i], -exponent);
-        if (i + 1 < N) e[i] = scale_pow2(e[i], -exponent);
+    bool split[SLOTS];
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        const int i = lane + 32 * s;
+        split[s] = i >= N - 1;
+        if (i < N) {
+            d[i] = scale_pow2(d[i], -exponent);
+            if (i + 1 < N) e[i] = scale_pow2(e[i], -exponent);
+        }
     }
     __syncwarp();
-    if (lane == 0) {
-        ws.misc[3] = 0;
-        int blocks = 0;
-        for (int i = 0; i < N; ++i) {
-            bool end_here = i == N - 1;
-            if (!end_here) {
-                real tiny = REAL_EPS * sqrt(fabs(d[i])) * sqrt(fabs(d[i + 1]));
-                if (fabs(e[i]) <= tiny) {
-                    e[i] = 0;
-                    end_here = true;
-                }
+    // Splits where |e_i| <= eps sqrt|d_i| sqrt|d_{i+1}| (dstedc), unreduced blocks.
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        const int i = lane + 32 * s;
+        if (i < N - 1) {
+            const real tiny = REAL_EPS * sqrt(fabs(d[i])) * sqrt(fabs(d[i + 1]));
+            if (fabs(e[i]) <= tiny) {
+                e[i] = 0;
+                split[s] = true;
             }
-            if (end_here) ws.block_end[blocks++] = i;
         }
-        ws.misc[5] = blocks;
     }
     __syncwarp();
-    const int blocks = ws.misc[5];
-    int start = 0;
-    for (int bk = 0; bk < blocks; ++bk) {
-        const int end = ws.block_end[bk];
-        solve_unreduced(start, end + 1 - start, d, e, z, ws, lane);
-        __syncwarp();
-        if (ws.misc[3]) return false;
-        start = end + 1;
+    const unsigned long long smask = ballot64(split) & low_bits(N);
+    const int blocks = __popcll(smask);
+    int bs[SLOTS], bsz[SLOTS];
+    real dnew[SLOTS];
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        const int i = lane + 32 * s;
+        bs[s] = 0;
+        bsz[s] = 0;
+        dnew[s] = 0;
+        if (i >= N) continue;
+        const unsigned long long below = smask & low_bits(i);
+        bs[s] = below ? 64 - __clzll((long long)below) : 0;
+        const int be = i + __ffsll((long long)(smask >> i)) - 1;
+        bsz[s] = be - bs[s] + 1;
+        // Cuppen's tearing: the cuts touching row i lie on its path from the root, met
+        // in the breadth-first order of the CPU.
+        const int t = i - bs[s];
+        int f = 0, len = bsz[s];
+        real di = d[i];
+        while (len > 2) {
+            const int m = len / 2;
+            const int cut = f + m - 1;
+            if (t == cut || t == cut + 1) di -= fabs(e[bs[s] + cut]);
+            if (t - f < m) len = m;
+            else {
+                f += m;
+                len -= m;
+            }
+        }
+        dnew[s] = di;
     }
+    __syncwarp();
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        const int i = lane + 32 * s;
+        if (i < N) d[i] = dnew[s];
+    }
+    __syncwarp();
+    // Leaves.
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        const int i = lane + 32 * s;
+        if (i >= N) continue;
+        const int t = i - bs[s];
+        int f = 0, len = bsz[s];
+        while (len > 2) {
+            const int m = len / 2;
+            if (t - f < m) len = m;
+            else {
+                f += m;
+                len -= m;
+            }
+        }
+        if (len == 1) z[i + i * LD] = 1;
+        else if (t == f) solve_2x2(bs[s] + f, d, e, z);
+    }
+    __syncwarp();
+    // Merges, deepest first (a tree of at most 64 rows has merges at depths 0..4).
+    for (int depth = 5; depth >= 0; --depth)
+        if (!merge_level(depth, d, e, ws, bs, bsz, lane)) return false;
+    // Blocks each come out ascending; merge them into one ascending order.
     if (blocks > 1) {
-        ranks(d, N, ws.rank, lane);
-        for (int c = 0; c < N; ++c) {
-            const int dst = ws.rank[c];
-            if (lane == 0) ws.values[dst] = d[c];
-            for (int r = lane; r < N; r += 32) ws.q[r + dst * N] = z[r + c * N];
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const int i = lane + 32 * s;
+            if (i >= N) continue;
+            const real v = d[i];
+            int r = 0;
+            for (int b = 0; b < N; ++b) r += (d[b] < v || (d[b] == v && b < i));
+            ws.rnk[i] = r;
         }
         __syncwarp();
-        for (int c = 0; c < N; ++c) {
-            if (lane == 0) d[c] = ws.values[c];
-            for (int r = lane; r < N; r += 32) z[r + c * N] = ws.q[r + c * N];
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const int i = lane + 32 * s;
+            if (i >= N) continue;
+            ws.vals[ws.rnk[i]] = d[i];
+            for (int c = 0; c < N; ++c) ws.w[i + ws.rnk[c] * LD] = z[i + c * LD];
+        }
+        __syncwarp();
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const int i = lane + 32 * s;
+            if (i >= N) continue;
+            d[i] = ws.vals[i];
+            for (int c = 0; c < N; ++c) z[i + c * LD] = ws.w[i + c * LD];
         }
         __syncwarp();
     }
-    for (int i = lane; i < N; i += 32) {
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        const int i = lane + 32 * s;
+        if (i >= N) continue;
         d[i] = scale_pow2(d[i], exponent);
         bad |= !finite(d[i]);
+        for (int c = 0; c < N; ++c) bad |= !finite(z[i + c * LD]);
     }
-    for (int c = 0; c < N; ++c)
-        for (int r = lane; r < N; r += 32) bad |= !finite(z[r + c * N]);
     __syncwarp();
     return !warp_any(bad);
 }
 
-// truncated_eigen_solve: v <- sum_{kept} (Z_i^T v / lambda_i) Z_i; returns discarded.
+// truncated_eigen_solve: v <- sum_{kept} (Z_i^T v / lambda_i) Z_i; returns the number
+// of discarded eigenvalues. z: N x LD; tmp: N scratch.
 __device__ int truncated_eigen_solve(const real* lambda, const real* z, real* v, real* tmp, real threshold, int lane) {
     real lmax = 0;
-    for (int i = lane; i < N; i += 32) lmax = fmax(lmax, fabs(lambda[i]));
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        const int i = lane + 32 * s;
+        if (i < N) lmax = fmax(lmax, fabs(lambda[i]));
+    }
     lmax = warp_max(lmax);
     int discarded = 0;
-    for (int i0 = 0; i0 < N; i0 += 32) {
-        const int i = i0 + lane;
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        const int i = lane + 32 * s;
         bool drop = false;
         if (i < N) {
             const real l = lambda[i];
@@ -886,24 +1157,24 @@ __device__ int truncated_eigen_solve(const real* lambda, const real* z, real* v,
                 drop = true;
             } else {
                 real acc = 0;
-                for (int r = 0; r < N; ++r) acc += z[r + i * N] * v[r];
+                for (int r = 0; r < N; ++r) acc += z[r + i * LD] * v[r];
                 tmp[i] = acc / l;
             }
         }
         discarded += warp_count(drop);
     }
     __syncwarp();
-    real out[2];
+    real out[SLOTS];
 #pragma unroll
-    for (int s = 0; s < 2; ++s) {
+    for (int s = 0; s < SLOTS; ++s) {
         const int r = lane + 32 * s;
         out[s] = 0;
         if (r < N)
-            for (int i = 0; i < N; ++i) out[s] += z[r + i * N] * tmp[i];
+            for (int i = 0; i < N; ++i) out[s] += z[r + i * LD] * tmp[i];
     }
     __syncwarp();
 #pragma unroll
-    for (int s = 0; s < 2; ++s) {
+    for (int s = 0; s < SLOTS; ++s) {
         const int r = lane + 32 * s;
         if (r < N) v[r] = out[s];
     }
@@ -911,10 +1182,42 @@ __device__ int truncated_eigen_solve(const real* lambda, const real* z, real* v,
     return discarded;
 }
 
-// Shared-memory layout of one system (reals, then ints); the host computes the same
-// size (dc_shared_bytes in kernels/src/cuda/solver.rs).
-constexpr int DC_REALS = 4 * N * N + 16 * N;
-constexpr int DC_INTS = 13 * N + 16;
+// Shared-memory layout of one system: three N x LD matrices and DC_VECS vectors of N
+// reals, then DC_INTS ints; the host computes the same size (dc_shared_bytes in
+// kernels/src/cuda/solver.rs).
+constexpr int DC_VECS = 15;
+constexpr int DC_REALS = 3 * N * LD + DC_VECS * N;
+constexpr int DC_INTS = 9 * N;
+
+// Carves the workspace out of shared memory; returns the first free vector (after the
+// stedc vectors: N reals each, DC_VECS - 9 of them left for the caller).
+__device__ real* carve(unsigned char* smem, real** a, Ws& ws) {
+    real* base = reinterpret_cast<real*>(smem);
+    *a = base;
+    ws.z = base + N * LD;
+    ws.w = ws.z + N * LD;
+    real* v = ws.w + N * LD;
+    ws.dsrt = v;
+    ws.zsrt = v + N;
+    ws.dk = v + 2 * N;
+    ws.zk = v + 3 * N;
+    ws.zh = v + 4 * N;
+    ws.vals = v + 5 * N;
+    ws.stau = v + 6 * N;
+    ws.rotc = v + 7 * N;
+    ws.rots = v + 8 * N;
+    int* ib = reinterpret_cast<int*>(base + DC_REALS);
+    ws.perm = ib;
+    ws.ord = ib + N;
+    ws.col = ib + 2 * N;
+    ws.rnk = ib + 3 * N;
+    ws.sorg = ib + 4 * N;
+    ws.rotp = ib + 5 * N;
+    ws.rotk = ib + 6 * N;
+    ws.cnt = ib + 7 * N;
+    ws.rcnt = ib + 8 * N;
+    return v + 9 * N;
+}
 
 // Solves systems idx[k] (k < count; idx == nullptr: system k) by Householder + divide
 // and conquer + truncated solve (levels 1-2 of solve_one for Strategy::DivideConquer).
@@ -924,58 +1227,34 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, re
                       GpuReport* __restrict__ rep, const unsigned int* __restrict__ idx, long long count,
                       double threshold) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    real* base = reinterpret_cast<real*>(smem_raw);
-    real* qa = base;            // A, then Q of the tridiagonalization
-    real* zz = qa + N * N;      // eigenvectors of T
+    real* qa;
     Ws ws;
-    ws.q = zz + N * N;
-    ws.w = ws.q + N * N;
-    real* vec = ws.w + N * N;
+    real* vec = carve(smem_raw, &qa, ws);
     real* d = vec;
     real* e = d + N;
-    real* d_eig = e + N;
-    real* e_eig = d_eig + N;
-    real* v = e_eig + N;
+    real* v = e + N;
     real* tmp = v + N;
-    real* xb = tmp + N;         // x
-    real* bb = xb + N;          // b
-    ws.d_sorted = bb + N;
-    ws.z_sorted = ws.d_sorted + N;
-    ws.d_kept = ws.z_sorted + N;
-    ws.z_kept = ws.d_kept + N;
-    ws.z_hat = ws.z_kept + N;
-    ws.values = ws.z_hat + N;
-    ws.rot_c = ws.values + N;
-    ws.rot_s = ws.rot_c + N;
-    int* ib = reinterpret_cast<int*>(base + DC_REALS);
-    ws.perm = ib;
-    ws.kept = ws.perm + N;
-    ws.deflated = ws.kept + N;
-    ws.rank = ws.deflated + N;
-    ws.node_first = ws.rank + N;
-    ws.node_len = ws.node_first + 2 * N;
-    ws.rot_p = ws.node_len + 2 * N;
-    ws.rot_k = ws.rot_p + N;
-    ws.block_end = ws.rot_k + N;
-    ws.misc = ws.block_end + N;
+    real* xb = tmp + N;
+    real* bb = xb + N;
     const int lane = threadIdx.x & 31;
     const real thr = (real)threshold;
 
     for (long long k = blockIdx.x; k < count; k += gridDim.x) {
         const long long sys = idx ? (long long)idx[k] : k;
         const real* a = A + sys * (N * N);
-        // Lower triangle (copy_lower) and b; finiteness of the input.
+        // Lower triangle (copy_lower) into both triangles, b; finiteness of the input.
         bool bad = false;
         for (int e2 = lane; e2 < N * N; e2 += 32) {
             const int r = e2 % N, c = e2 / N;
             if (r >= c) {
-                real vv = a[e2];
+                const real vv = a[e2];
                 bad |= !finite(vv);
-                qa[e2] = vv;
+                qa[r + c * LD] = vv;
+                qa[c + r * LD] = vv;
             }
         }
         for (int i = lane; i < N; i += 32) {
-            real vv = B[sys * N + i];
+            const real vv = B[sys * N + i];
             bad |= !finite(vv);
             bb[i] = vv;
         }
@@ -989,25 +1268,34 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, re
         } else {
             householder_tridiagonalize(qa, d, e, tmp, lane);
             // v = Q^T b.
-            for (int j = lane; j < N; j += 32) {
-                real acc = 0;
-                for (int i = 0; i < N; ++i) acc += qa[i + j * N] * bb[i];
-                v[j] = acc;
+            real y[SLOTS];
+#pragma unroll
+            for (int s = 0; s < SLOTS; ++s) {
+                const int i = lane + 32 * s;
+                y[s] = i < N ? bb[i] : (real)0;
             }
-            for (int i = lane; i < N; i += 32) {
-                d_eig[i] = d[i];
-                e_eig[i] = e[i];
+            apply_q(qa, y, true, lane);
+#pragma unroll
+            for (int s = 0; s < SLOTS; ++s) {
+                const int i = lane + 32 * s;
+                if (i < N) v[i] = y[s];
             }
             __syncwarp();
-            if (!stedc(d_eig, e_eig, zz, ws, lane)) {
+            if (!stedc(d, e, ws, lane)) {
                 status = STATUS_FAILED;
             } else {
-                discarded = truncated_eigen_solve(d_eig, zz, v, tmp, thr, lane);
+                discarded = truncated_eigen_solve(d, ws.z, v, tmp, thr, lane);
                 // x = Q v.
-                for (int i = lane; i < N; i += 32) {
-                    real acc = 0;
-                    for (int j = 0; j < N; ++j) acc += qa[i + j * N] * v[j];
-                    xb[i] = acc;
+#pragma unroll
+                for (int s = 0; s < SLOTS; ++s) {
+                    const int i = lane + 32 * s;
+                    y[s] = i < N ? v[i] : (real)0;
+                }
+                apply_q(qa, y, false, lane);
+#pragma unroll
+                for (int s = 0; s < SLOTS; ++s) {
+                    const int i = lane + 32 * s;
+                    if (i < N) xb[i] = y[s];
                 }
                 __syncwarp();
                 Check ch = residual_check_warp(a, bb, xb, tmp, lane);
@@ -1038,32 +1326,11 @@ extern "C" __global__ void __launch_bounds__(32)
 ENTRY(stedc_batched)(const real* __restrict__ D, const real* __restrict__ E, real* __restrict__ lambda,
                      real* __restrict__ Z, long long count) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    real* base = reinterpret_cast<real*>(smem_raw);
-    real* zz = base + N * N;
+    real* qa;
     Ws ws;
-    ws.q = zz + N * N;
-    ws.w = ws.q + N * N;
-    real* d = ws.w + N * N;
+    real* vec = carve(smem_raw, &qa, ws);
+    real* d = vec;
     real* e = d + N;
-    ws.d_sorted = e + N + 6 * N;
-    ws.z_sorted = ws.d_sorted + N;
-    ws.d_kept = ws.z_sorted + N;
-    ws.z_kept = ws.d_kept + N;
-    ws.z_hat = ws.z_kept + N;
-    ws.values = ws.z_hat + N;
-    ws.rot_c = ws.values + N;
-    ws.rot_s = ws.rot_c + N;
-    int* ib = reinterpret_cast<int*>(base + DC_REALS);
-    ws.perm = ib;
-    ws.kept = ws.perm + N;
-    ws.deflated = ws.kept + N;
-    ws.rank = ws.deflated + N;
-    ws.node_first = ws.rank + N;
-    ws.node_len = ws.node_first + 2 * N;
-    ws.rot_p = ws.node_len + 2 * N;
-    ws.rot_k = ws.rot_p + N;
-    ws.block_end = ws.rot_k + N;
-    ws.misc = ws.block_end + N;
     const int lane = threadIdx.x & 31;
     for (long long k = blockIdx.x; k < count; k += gridDim.x) {
         for (int i = lane; i < N; i += 32) {
@@ -1071,10 +1338,10 @@ ENTRY(stedc_batched)(const real* __restrict__ D, const real* __restrict__ E, rea
             e[i] = E[k * N + i];
         }
         __syncwarp();
-        const bool ok = stedc(d, e, zz, ws, lane);
+        const bool ok = stedc(d, e, ws, lane);
         for (int i = lane; i < N; i += 32) lambda[k * N + i] = ok ? d[i] : real_nan();
         for (int c = 0; c < N; ++c)
-            for (int r = lane; r < N; r += 32) Z[k * N * N + r + c * N] = ok ? zz[r + c * N] : real_nan();
+            for (int r = lane; r < N; r += 32) Z[k * N * N + r + c * N] = ok ? ws.z[r + c * LD] : real_nan();
         __syncwarp();
     }
 }

@@ -35,7 +35,7 @@ pub enum BenchVariant {
     /// cuSOLVER `potrfBatched` + `potrsBatched` (lower triangle).
     Cusolver,
     /// Householder + divide and conquer + truncated solve (one warp per system; batch
-    /// at most 2^18).
+    /// at most 2^20).
     DivideConquer,
     /// The escalating strategy from `L D L^T` (on the benchmark's diagonally dominant
     /// matrices nothing escalates: the cost of the device-side checks and compaction).
@@ -441,7 +441,7 @@ fn bench_precision<T: GpuReal>(
             let nb = if options.ldlt == LdltOrganisation::Simd && strategy == Strategy::Ldlt {
                 batch.min(1 << (((1usize << 24) / (n * n)).max(1 << 12)).ilog2())
             } else if strategy == Strategy::DivideConquer {
-                batch.min(1 << 18)
+                batch.min(1 << 20)
             } else {
                 batch
             };

@@ -116,9 +116,11 @@ pub struct EscalationCounts {
 }
 
 /// Dynamic shared memory of `divide_conquer` for size `n` (`DC_REALS` reals and
-/// `DC_INTS` ints of `cuda/stedc.cu`), rounded up to 16 bytes.
+/// `DC_INTS` ints of `cuda/stedc.cu`: three `n x ld` matrices, `ld` = `n` rounded up
+/// to odd, and 15 vectors of reals, 9 of ints), rounded up to 16 bytes.
 pub fn dc_shared_bytes(n: usize, elem_bytes: usize) -> usize {
-    ((4 * n * n + 16 * n) * elem_bytes + (13 * n + 16) * 4).next_multiple_of(16)
+    let ld = n | 1;
+    ((3 * n * ld + 15 * n) * elem_bytes + 9 * n * 4).next_multiple_of(16)
 }
 
 /// Dynamic shared memory of `ldlt_check` / `pcr_check` (`CHECK_REALS` of
@@ -409,7 +411,7 @@ impl GpuBatchSolver {
     }
 
     /// Divide and conquer alone on `count = d.len() / n` symmetric tridiagonal matrices
-    /// (the `stedc` of `cuda/stedc.cu`, the GPU mirror of [`crate::stedc::stedc`]), for
+    /// (the `stedc` of `cuda/stedc.cu`: the method of [`crate::stedc::stedc`], equal to rounding), for
     /// tests: `d`, `e`: `count x n` (row `k` of `e` holds the `n - 1` off-diagonal
     /// entries then one unused entry); `lambda`: `count x n`, eigenvalues ascending;
     /// `z`: `count x n x n`, column-major eigenvectors. NaN where `stedc` failed.
