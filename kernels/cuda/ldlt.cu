@@ -70,7 +70,8 @@ __device__ __forceinline__ void load_vec(real* w, const real* p) {
 // The cap is applied in f64 where the rows take at most LDLT_CAP_ROW_REGS registers
 // (above that it spills heavily). Measured on an H100 (benches/RESULTS.md, round 2):
 // f64 n = 30 n* = 16 184 -> 191 M/s with it; f32 gains nothing (n = 30: 380 without,
-// 376 with) or loses (n = 32 n* = 8: 8 bytes of spills, 329 M/s).
+// 376 with) or loses (n = 32 n* = 8: 8 bytes of spills, 329 M/s). Round 4 (FMA,
+// look-ahead): f64 n = 30 221.4 with the cap, 221.8 without; kept.
 #ifndef LDLT_CAP_ROW_REGS
 #define LDLT_CAP_ROW_REGS 92
 #endif
