@@ -16,9 +16,11 @@
 //    in registers (row i: L_{i,0..i-1} once computed); the factorization goes column
 //    after column, j = 0..n-1: every owned row i >= j computes
 //        t_ij = A_ij - sum_{k<j} L_ik W_jk,   W_jk = L_jk D_k,
-//    (the sum in two interleaved chains, even and odd k, for instruction-level
-//    parallelism), the t_ij are written to shared memory as row-major W (row j of W is then read
-//    by broadcast for column j+1 onwards), D_j = t_jj, L_ij = t_ij * (1 / D_j).
+//    (the sum in two interleaved chains, the next column's sum overlapping this one's
+//    pivot (LDLT_LOOKAHEAD), fused multiply-adds with LDLT_FMA), the t_ij are written to shared memory as
+//    row-major W (row j of W is then read by broadcast for column j+1 onwards),
+//    D_j = t_jj, L_ij = t_ij * (1 / D_j), the reciprocal correctly rounded without a
+//    branch (rcp_rn_fast; pivots outside its range redo the factorization exactly).
 //    Then L y = b (forward, y_k broadcast), D L^T x = y (backward, reading the rows of
 //    W, whose row k holds (D L^T)_{i,k} = W_ki), and the residual.
 //    The blocks are persistent: each group loops over systems. Shared memory holds two
@@ -68,7 +70,8 @@ __device__ __forceinline__ void load_vec(real* w, const real* p) {
 // The cap is applied in f64 where the rows take at most LDLT_CAP_ROW_REGS registers
 // (above that it spills heavily). Measured on an H100 (benches/RESULTS.md, round 2):
 // f64 n = 30 n* = 16 184 -> 191 M/s with it; f32 gains nothing (n = 30: 380 without,
-// 376 with) or loses (n = 32 n* = 8: 8 bytes of spills, 329 M/s).
+// 376 with) or loses (n = 32 n* = 8: 8 bytes of spills, 329 M/s). Round 4 (FMA,
+// look-ahead): f64 n = 30 221.4 with the cap, 221.8 without; kept.
 #ifndef LDLT_CAP_ROW_REGS
 #define LDLT_CAP_ROW_REGS 92
 #endif
@@ -83,6 +86,73 @@ __host__ __device__ constexpr int row_regs(int s) {
 #define LDLT_EPS 2.220446049250313e-16
 #else
 #define LDLT_EPS 1.1920928955078125e-07f
+#endif
+
+// Variants of the factorization (compile-time, for measurements; the defaults are
+// the measured best, benches/RESULTS.md round 4):
+//  LDLT_FMA    1: the column dot products and the substitutions accumulate with fused
+//              multiply-adds (one rounding per term instead of two; results differ
+//              from the unfused kernel in the last bits), 0: separate * and -.
+//  LDLT_LOOKAHEAD (see ldlt_factor_rows).
+#ifndef LDLT_FMA
+#define LDLT_FMA 1
+#endif
+// acc - p * q (LDLT_FMA: one rounding) and acc + p * q.
+__device__ __forceinline__ real sub_mul(real acc, real p, real q) {
+#if LDLT_FMA
+    return fma(-p, q, acc);
+#else
+    return acc - p * q;
+#endif
+}
+__device__ __forceinline__ real add_mul(real acc, real p, real q) {
+#if LDLT_FMA
+    return fma(p, q, acc);
+#else
+    return acc + p * q;
+#endif
+}
+
+// Correctly rounded 1 / d without the out-of-line slow path of IEEE division, for
+// pivots d in [2^-1000, 2^1001) (f64) or [2^-100, 2^101) (f32) (the caller checks the range once per system, from the
+// integer keys below, and redoes the factorization with true divisions otherwise).
+//  f64: the instruction sequence of the compiler's own rcp.rn.f64 (what (double)1 / d
+//       compiles to, IEEE round to nearest): MUFU.RCP64H approximation with the low
+//       word hi(d) + 0x300402, one cubic and one quadratic Newton step. That code
+//       leaves this path for its slow path only when the float whose bits are
+//       hi(d) + 0x300402 is below 2^-126 or not finite; for d in [2^-1000, 2^1001) its
+//       exponent field is (e + 3 or e + 4) >> 3 with e in [23, 2024], i.e. 3..253, so
+//       the result here is the compiler's correctly rounded 1 / d. 0 differences from
+//       (double)1 / d on 2^33 pseudo-random d of that range (benches/RESULTS.md, round 4).
+//  f32: MUFU.RCP approximation and one Newton step; equal to (float)1 / d for every
+//       float in [2^-120, 2^120] (exhaustive test on the H100, round 4).
+// The key of a pivot is its high word (f64) or its bits (f32): for d >= 0 it grows
+// with d, it is negative for d < 0 or -0, and at least RCP_KEY_INF for inf and NaN.
+#if REAL_F64
+#define RCP_KEY_LO (23 << 20)            // hi(2^-1000)
+#define RCP_KEY_HI (2024 << 20)          // hi(2^1001)
+#define RCP_KEY_INF 0x7ff00000
+__device__ __forceinline__ int rcp_key(double d) { return __double2hiint(d); }
+__device__ __forceinline__ double rcp_rn_fast(double d) {
+    double y;
+    asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(y) : "d"(d));
+    y = __hiloint2double(__double2hiint(y), __double2hiint(d) + 0x300402);
+    double e = fma(-d, y, 1.0);
+    e = fma(e, e, e);
+    y = fma(y, e, y);
+    e = fma(-d, y, 1.0);
+    return fma(y, e, y);
+}
+#else
+#define RCP_KEY_LO (27 << 23)            // bits of 2^-100
+#define RCP_KEY_HI (228 << 23)           // bits of 2^101
+#define RCP_KEY_INF 0x7f800000
+__device__ __forceinline__ int rcp_key(float d) { return __float_as_int(d); }
+__device__ __forceinline__ float rcp_rn_fast(float d) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(d));
+    return fmaf(y, fmaf(-d, y, 1.0f), y);
+}
 #endif
 
 // The residual pass of the group kernel: the relative residual of `group_residual`
@@ -191,7 +261,204 @@ __device__ __noinline__ ResidualOut ldlt_residual_esc(const real* sA, const real
     return ldlt_residual<true>(sA, sx, ssc, v, g, scratch, iscratch);
 }
 
+// a[s][k] = A_ik, k <= i, of the rows i = t + s NSTAR this thread owns (0 elsewhere;
+// the identity for an inactive system), from the packed lower triangle sA.
+__device__ __forceinline__ void ldlt_load_rows(real (&a)[R][N], const real* sA, const Group& g, bool active) {
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+        int i = g.t + s * NSTAR;
+        bool own = g.t < NSTAR && i < N;
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            if (k <= row_max(s)) {
+                a[s][k] = (own && k <= i) ? (active ? sA[packed_col(k) + i - k] : (real)(k == i ? 1 : 0)) : (real)0;
+            }
+        }
+    }
+}
+
+// Left-looking factorization of the group's system, column j = 0..N-1: every owned
+// row i >= j computes t_ij = A_ij - sum_{k<j} L_ik W_jk (W_jk = t_jk = L_jk D_k),
+// writes it to row i of W (shared), D_j = t_jj, L_ij = t_ij * (1 / D_j) overwrites
+// a[s][j]; rd[s] = 1 / D_i for the owned rows. The sum is
+//     p_ij = (A_ij - sum_{k < j-1, k even} L_ik W_jk) - sum_{k < j-1, k odd} L_ik W_jk,
+//     t_ij = p_ij - L_{i,j-1} W_{j,j-1}
+// (two interleaved chains for instruction-level parallelism). With LDLT_LOOKAHEAD the
+// p_{i,j+1} of the next column are computed during column j: every term they need
+// was written to W before the previous column's synchronisation, so the loads and
+// multiply-adds of the bulk of the next column overlap the dependency chain of this
+// one (t_ij -> shuffle of D_j -> reciprocal -> L_ij), and only the last term waits
+// for the synchronisation. Without it, each column loads its W row after the
+// synchronisation (same arithmetic).
+// 1 / D_j by rcp_rn_fast; the return value says whether some pivot was outside its
+// range (then the caller redoes the factorization with ldlt_factor_exact, which also
+// decides not_pd). Sets not_pd if some pivot is < 0, -0 or not finite.
+#ifndef LDLT_LOOKAHEAD
+#define LDLT_LOOKAHEAD 1
+#endif
+// p = (A_ij - even terms) - odd terms over k < kend of the row slot s, W row j at wj.
+template <int S, int KEND>
+__device__ __forceinline__ real ldlt_partial(const real (&a)[R][N], const real* wj, real aij) {
+    real acc = aij, acc2 = 0;
+#pragma unroll
+    for (int k0 = 0; k0 < KEND; k0 += VEC) {
+        real w[VEC];
+        if (k0 + VEC <= KEND) {
+            load_vec(w, wj + k0);
+        } else {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) w[e] = k0 + e < KEND ? wj[k0 + e] : (real)0;
+        }
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+            const int k = k0 + e;
+            if (k < KEND) {
+                if (k & 1) acc2 = add_mul(acc2, a[S][k], w[e]);
+                else acc = sub_mul(acc, a[S][k], w[e]);
+            }
+        }
+    }
+    return acc - acc2;
+}
+template <int S, int J>
+struct LdltPartials {
+    // p of column J for slot S (and the following slots).
+    static __device__ __forceinline__ void run(real (&p)[R], const real (&a)[R][N], const real* sW) {
+        if (row_max(S) >= J) p[S] = ldlt_partial<S, (J >= 1 ? J - 1 : 0)>(a, sW + w_row(J), a[S][J]);
+        LdltPartials<S + 1, J>::run(p, a, sW);
+    }
+};
+template <int J>
+struct LdltPartials<R, J> {
+    static __device__ __forceinline__ void run(real (&)[R], const real (&)[R][N], const real*) {}
+};
+template <int J>
+struct LdltColumns {
+    // Columns J..N-1; p holds the partial sums of column J.
+    static __device__ __forceinline__ void run(real (&a)[R][N], real (&rd)[R], real (&p)[R], real* sW,
+                                               const int (&row)[R], real* const (&wrow)[R], const Group& g,
+                                               int& kmin, int& kmax) {
+#if !LDLT_LOOKAHEAD
+        LdltPartials<0, J>::run(p, a, sW);
+#endif
+        real t[R];
+        const real wl = J >= 1 ? sW[w_row(J) + J - 1] : (real)0;
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            if (row_max(s) >= J) {
+                t[s] = J >= 1 ? sub_mul(p[s], a[s][J >= 1 ? J - 1 : 0], wl) : p[s];
+                if (row[s] >= J) wrow[s][J] = t[s];
+            }
+        }
+#if NSTAR <= 32
+        const real d = group_bcast(t[J / NSTAR], g, J % NSTAR);
+#else
+        group_sync();
+        const real d = sW[w_row(J) + J];
+#endif
+        kmin = min(kmin, rcp_key(d));
+        kmax = max(kmax, rcp_key(d));
+        const real r = rcp_rn_fast(d);
+#if LDLT_LOOKAHEAD
+        if (J + 1 < N) LdltPartials<0, (J + 1 < N ? J + 1 : N - 1)>::run(p, a, sW);
+#endif
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            if (row_max(s) >= J) {
+                // Rows i < J never read a[s][J] again; row J keeps 1 / D_J in rd.
+                a[s][J] = t[s] * r;
+                if (s == J / NSTAR && g.t == J % NSTAR) rd[s] = r;
+            }
+        }
+        group_sync();
+        LdltColumns<J + 1>::run(a, rd, p, sW, row, wrow, g, kmin, kmax);
+    }
+};
+template <>
+struct LdltColumns<N> {
+    static __device__ __forceinline__ void run(real (&)[R][N], real (&)[R], real (&)[R], real*, const int (&)[R],
+                                               real* const (&)[R], const Group&, int&, int&) {}
+};
+
+__device__ __forceinline__ bool ldlt_factor_rows(real (&a)[R][N], real (&rd)[R], real* sW, const Group& g,
+                                                 bool& not_pd) {
+    // Row index of each slot, -1 where the thread owns no row; W row addresses.
+    int row[R];
+    real* wrow[R];
+    real p[R];
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+        const int i = g.t + s * NSTAR;
+        row[s] = (g.t < NSTAR && i < N) ? i : -1;
+        wrow[s] = sW + w_row_rt(i < N ? i : N - 1);
+        rd[s] = 0;
+        p[s] = a[s][0];
+    }
+    // Smallest and largest pivot key: the range test of rcp_rn_fast and the pivot test.
+    int kmin = RCP_KEY_INF, kmax = 0;
+    LdltColumns<0>::run(a, rd, p, sW, row, wrow, g, kmin, kmax);
+    // A negative key is a pivot < 0 (or -0), a key >= RCP_KEY_INF one that is not
+    // finite: not positive definite, whatever the other pivots. Otherwise every pivot in
+    // range means every 1 / D_j above was exact; anything else (a +0, subnormal, tiny or
+    // huge pivot) is settled by the exact redo, which also decides positive definiteness.
+    not_pd = kmin < 0 || kmax >= RCP_KEY_INF;
+    return !not_pd && (kmin < RCP_KEY_LO || kmax >= RCP_KEY_HI);
+}
+
+// The factorization of ldlt_factor_rows by one thread, with IEEE division for 1 / D_j
+// and otherwise the same operations in the same order (so the same W and 1 / D_j
+// wherever rcp_rn_fast was in range): W into sW, 1 / D_j into sr[j]. Returns whether
+// some pivot is <= 0 or not finite. Slow (O(n^3) on one thread); only for systems
+// with a pivot key outside [RCP_KEY_LO, RCP_KEY_HI) that are not already known to be
+// indefinite.
+__device__ __noinline__ bool ldlt_factor_exact(const real* sA, real* sW, real* sr) {
+    bool not_pd = false;
+#pragma unroll 1
+    for (int j = 0; j < N; ++j) {
+#pragma unroll 1
+        for (int i = j; i < N; ++i) {
+            real acc = sA[packed_col(j) + i - j], acc2 = 0;
+#pragma unroll 1
+            for (int k = 0; k + 1 < j; ++k) {
+                const real l = sW[w_row(i) + k] * sr[k];
+                if (k & 1) acc2 = add_mul(acc2, l, sW[w_row(j) + k]);
+                else acc = sub_mul(acc, l, sW[w_row(j) + k]);
+            }
+            real t = acc - acc2;
+            if (j >= 1) t = sub_mul(t, sW[w_row(i) + j - 1] * sr[j - 1], sW[w_row(j) + j - 1]);
+            sW[w_row(i) + j] = t;
+        }
+        const real d = sW[w_row(j) + j];
+        not_pd |= !(d > (real)0 && d <= REAL_MAX);
+        sr[j] = (real)1 / d;
+    }
+    return not_pd;
+}
+
+// After ldlt_factor_exact: a[s][k] = L_ik = W_ik * (1 / D_k) for k < i (what
+// ldlt_factor_rows leaves there; the entries k >= i are never read), rd[s] = 1 / D_i.
+__device__ __forceinline__ void ldlt_reload_rows(real (&a)[R][N], real (&rd)[R], const real* sW, const real* sr,
+                                                 const Group& g) {
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+        const int i = g.t + s * NSTAR;
+        const bool own = g.t < NSTAR && i < N;
+        const int ic = i < N ? i : N - 1;
+        rd[s] = own ? sr[ic] : (real)0;
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            if (k <= row_max(s)) a[s][k] = (own && k < i) ? sW[w_row_rt(ic) + k] * sr[k] : (real)0;
+        }
+    }
+}
+
+// LDLT_MAXNREG: a register cap of its own instead (__maxnreg__; the launch then picks
+// the block size that fits the most warps, e.g. 10 per SM at 200 registers).
+#ifdef LDLT_MAXNREG
+extern "C" __global__ void __maxnreg__(LDLT_MAXNREG)
+#else
 extern "C" __global__ void __launch_bounds__(NSTAR > 32 ? 64 : 128, NSTAR > 32 ? 1 : LDLT_MIN_BLOCKS)
+#endif
 ENTRY(ldlt_group)(const real* __restrict__ A, const real* __restrict__ B, real* __restrict__ X,
                   GpuReport* __restrict__ rep, long long batch, double tol, double thr,
                   unsigned int* __restrict__ defer, unsigned int* __restrict__ counters) {
@@ -235,7 +502,7 @@ ENTRY(ldlt_group)(const real* __restrict__ A, const real* __restrict__ B, real* 
         const long long sys = active ? g.sys : 0;
 
         // Rows into registers: a[s][k] = A_ik, k <= i (the identity for an inactive
-        // system), checking that the lower triangle and b are finite.
+        // system), checking that b is finite (A: in the residual pass).
         bool bad = false;
         real a[R][N];
         real b[R];
@@ -245,73 +512,28 @@ ENTRY(ldlt_group)(const real* __restrict__ A, const real* __restrict__ B, real* 
             bool own = g.t < NSTAR && i < N;
             b[s] = (own && active) ? sB[i] : (real)0;
             bad |= !finite(b[s]);
-            // The finiteness of A is checked by the residual pass (row sums of |A|).
-#pragma unroll
-            for (int k = 0; k < N; ++k) {
-                if (k <= row_max(s)) {
-                    real v = (own && k <= i) ? (active ? sA[packed_col(k) + i - k] : (real)(k == i ? 1 : 0)) : (real)0;
-                    a[s][k] = v;
-                }
-            }
         }
+        ldlt_load_rows(a, sA, g, active);
 
-        // Factorization, column after column.
+        // Factorization, column after column, with the branch-free reciprocal; if a
+        // pivot fell outside its range (never for reasonably scaled systems), again by
+        // one thread with true divisions in the same arithmetic, so that every
+        // L_ij = t_ij * ((real)1 / D_j) whatever the scale.
         real rd[R];  // 1 / D_ii of the owned rows
-#pragma unroll
-        for (int s = 0; s < R; ++s) rd[s] = 0;
         bool not_pd = false;
-#pragma unroll
-        for (int j = 0; j < N; ++j) {
-            // t_ij = A_ij - sum_{k<j} L_ik W_jk, with the even and odd k summed in two
-            // chains (twice the instruction-level parallelism of one running sum).
-            real acc[R], acc2[R];
-#pragma unroll
-            for (int s = 0; s < R; ++s) {
-                if (row_max(s) >= j) {
-                    acc[s] = a[s][j];
-                    acc2[s] = 0;
-                }
-            }
-#pragma unroll
-            for (int k0 = 0; k0 < N; k0 += VEC) {
-                if (k0 < j) {
-                    real w[VEC];
-                    load_vec(w, sW + w_row(j) + k0);
-#pragma unroll
-                    for (int e = 0; e < VEC; ++e) {
-                        if (k0 + e < j) {
-#pragma unroll
-                            for (int s = 0; s < R; ++s) {
-                                if (row_max(s) >= j) {
-                                    if ((k0 + e) & 1) acc2[s] += a[s][k0 + e] * w[e];
-                                    else acc[s] -= a[s][k0 + e] * w[e];
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-#pragma unroll
-            for (int s = 0; s < R; ++s) {
-                if (row_max(s) >= j && j >= 2) acc[s] -= acc2[s];
-            }
-#pragma unroll
-            for (int s = 0; s < R; ++s) {
-                int i = g.t + s * NSTAR;
-                if (row_max(s) >= j && g.t < NSTAR && i >= j && i < N) sW[w_row_rt(i) + j] = acc[s];
-            }
+        const bool odd = ldlt_factor_rows(a, rd, sW, g, not_pd);
+        // Warp-uniform condition (the redo synchronises the group; a warp holds several).
+#if NSTAR > 32
+        if (group_any(odd, g, iscratch)) {
+#else
+        if (__any_sync(0xffffffffu, odd)) {
+#endif
             group_sync();
-            const real d = sW[w_row(j) + j];
-            not_pd |= !(d > (real)0 && d <= REAL_MAX);
-            const real r = (real)1 / d;
-#pragma unroll
-            for (int s = 0; s < R; ++s) {
-                if (row_max(s) >= j) {
-                    // Rows i < j never read a[s][j] again; row j keeps 1 / D_j in rd.
-                    a[s][j] = acc[s] * r;
-                    if (s == j / NSTAR && g.t == j % NSTAR) rd[s] = r;
-                }
-            }
+            if (g.t == 0) sy[0] = ldlt_factor_exact(sA, sW, sx) ? (real)1 : (real)0;
+            group_sync();
+            not_pd = sy[0] != (real)0;
+            ldlt_reload_rows(a, rd, sW, sx, g);
+            group_sync();
         }
 
         // Forward substitution L y = b: y_k is final in its owner's register once the
@@ -337,7 +559,7 @@ ENTRY(ldlt_group)(const real* __restrict__ A, const real* __restrict__ B, real* 
 #endif
 #pragma unroll
             for (int s = 0; s < R; ++s) {
-                if (row_max(s) > k) y[s] -= a[s][k] * yk;
+                if (row_max(s) > k) y[s] = sub_mul(y[s], a[s][k], yk);
             }
         }
 
@@ -370,7 +592,7 @@ ENTRY(ldlt_group)(const real* __restrict__ A, const real* __restrict__ B, real* 
 #endif
 #pragma unroll
             for (int s = 0; s < R; ++s) {
-                if (row_min(s) < k) y[s] -= sW[w_row(k) + ic[s]] * xk;
+                if (row_min(s) < k) y[s] = sub_mul(y[s], sW[w_row(k) + ic[s]], xk);
             }
         }
         group_sync();

@@ -68,17 +68,31 @@ fn random_batch<T: GpuReal>(n: usize, batch: usize, seed: u64) -> (Vec<T>, Vec<T
 
 /// Returns the number of problems found.
 fn check<T: GpuReal>(solver: &GpuBatchSolver) -> usize {
-    let sizes = [1usize, 2, 3, 7, 16, 30, 31, 33, 63, 64];
+    // GPU_BENCH_CHECK_ALL: every n in 1..=64, tuned L D L^T and Householder + PCR only
+    // (GPU_BENCH_CHECK_ALL=ldlt: tuned L D L^T only).
+    let all_var = std::env::var("GPU_BENCH_CHECK_ALL").ok();
+    let all = all_var.is_some();
+    let hh = all_var.as_deref() != Some("ldlt");
+    let sizes: Vec<usize> = if all {
+        (1..=64).collect()
+    } else {
+        vec![1, 2, 3, 7, 16, 30, 31, 33, 63, 64]
+    };
     let batch = 300;
     let params = SolverParams::default();
-    let variants_for = |n: usize| {
-        let mut v: Vec<(Strategy, GpuOptions, String)> = Vec::new();
-        for o in [
+    let organisations: &[LdltOrganisation] = if all {
+        &[LdltOrganisation::Auto]
+    } else {
+        &[
             LdltOrganisation::Auto,
             LdltOrganisation::Simd,
             LdltOrganisation::Collaborative,
             LdltOrganisation::Hybrid { nstar: 64 },
-        ] {
+        ]
+    };
+    let variants_for = |n: usize| {
+        let mut v: Vec<(Strategy, GpuOptions, String)> = Vec::new();
+        for &o in organisations {
             v.push((
                 Strategy::Ldlt,
                 GpuOptions {
@@ -89,7 +103,14 @@ fn check<T: GpuReal>(solver: &GpuBatchSolver) -> usize {
                 format!("ldlt {o:?}"),
             ));
         }
-        for nstar in [None, Some(64), Some(n.next_power_of_two())] {
+        let hh_nstars: &[Option<usize>] = if !hh {
+            &[]
+        } else if all {
+            &[None]
+        } else {
+            &[None, Some(64), Some(n.next_power_of_two())]
+        };
+        for &nstar in hh_nstars {
             v.push((
                 Strategy::HouseholderPcr,
                 GpuOptions {
@@ -372,7 +393,9 @@ fn main() -> ExitCode {
         });
     }
     // GPU_BENCH_VARIANTS=dc: L D L^T (tuned), escalating and divide and conquer only;
-    // esc: L D L^T (tuned) and escalating; ldlt: L D L^T (tuned) only.
+    // esc: L D L^T (tuned) and escalating; ldlt: L D L^T (tuned) only; ldltsweep: the
+    // L D L^T n* sweep only; hh: the Householder + PCR n* sweep only; tuned: L D L^T and
+    // Householder + PCR with their tuned n* only.
     match std::env::var("GPU_BENCH_VARIANTS").as_deref() {
         Ok("dc") => {
             cfg.variants = vec![
@@ -388,6 +411,14 @@ fn main() -> ExitCode {
             ];
         }
         Ok("ldlt") => cfg.variants = vec![BenchVariant::Ldlt(LdltOrganisation::Auto)],
+        Ok("ldltsweep") => cfg.variants = vec![BenchVariant::LdltNstarSweep],
+        Ok("hh") => cfg.variants = vec![BenchVariant::HouseholderNstarSweep],
+        Ok("tuned") => {
+            cfg.variants = vec![
+                BenchVariant::Ldlt(LdltOrganisation::Auto),
+                BenchVariant::HouseholderPcr(None),
+            ];
+        }
         _ => {}
     }
     let t0 = std::time::Instant::now();
