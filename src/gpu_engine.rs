@@ -46,7 +46,8 @@ use cva_kernels::cuda::engine::{
 };
 use cva_kernels::cuda::paths::{GpuPaths, MarketSteps};
 use cva_kernels::cuda::regression::{
-    GpuOptionKind, GpuPayoff, GpuRegression, GpuUnderlying, RegressionConfig, RegressionSpec,
+    BasisTables, GpuOptionKind, GpuPayoff, GpuRegression, GpuUnderlying, RegressionConfig,
+    RegressionSpec,
 };
 use cva_kernels::cuda::{GpuBatchSolver, GpuError, GpuOptions, GpuReal, GpuReport};
 use cva_kernels::{BatchSummary, Method, Strategy};
@@ -338,8 +339,20 @@ impl<T: GpuReal> GpuEngine<T> {
     /// than the kernels support.
     pub fn new(scenario: &Scenario) -> Result<Self, GpuError> {
         let t0 = Instant::now();
+        let profile = std::env::var_os("CVA_GPU_PROFILE").is_some_and(|v| v != "0");
+        let mut last = t0;
+        let mut lap = |name: &str| {
+            if profile {
+                eprintln!(
+                    "GPU start-up: {name:<40} {:>8.3} s",
+                    last.elapsed().as_secs_f64()
+                );
+            }
+            last = Instant::now();
+        };
         let sim = &scenario.simulation;
         let solver = GpuBatchSolver::new(0)?;
+        lap("driver, device probe, context");
         let stream = solver.stream().clone();
         let market = &scenario.market;
         let d = market.assets.len();
@@ -365,46 +378,27 @@ impl<T: GpuReal> GpuEngine<T> {
         } else {
             Some(correlation_factor(&market.correlation, d).map_err(GpuError::Invalid)?)
         };
-        let paths = GpuPaths::new(
-            &stream,
-            &MarketSteps {
-                spots: &spots,
-                drift: &drift,
-                vol: &vol,
-                factor: factor.as_deref(),
-            },
-            sim.seed,
-        )?;
-        let kernels = EngineKernels::new(&stream)?;
-        let payoffs = (0..scenario.portfolio.len())
-            .map(|p| DevicePayoff::new(&stream, &gpu_payoff(scenario, p)))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut americans = Vec::new();
-        for (p, pos) in scenario.portfolio.iter().enumerate() {
-            if pos.style != Style::American {
-                continue;
-            }
-            let basis = BasisFunctions::new(sim.basis, pos.underlying.assets(), &spots)
-                .tables()
-                .clone();
-            let spec = RegressionSpec {
-                basis: basis.clone(),
-                payoff: gpu_payoff(scenario, p),
-                itm_only: sim.itm_only,
-                assets: d,
-                inner_paths: sim.inner_paths,
-            };
-            let regression = GpuRegression::<T>::new(&stream, &spec, RegressionConfig::default())?;
-            americans.push(American {
-                position: p,
-                n: basis.len(),
-                regression,
-                basis: DeviceBasis::new(&stream, &basis)?,
-            });
-        }
-        let mut ns: Vec<usize> = americans.iter().map(|a| a.n).collect();
+        // Bases of the American positions (host tables only), hence the system sizes.
+        let bases: Vec<(usize, BasisTables)> = scenario
+            .portfolio
+            .iter()
+            .enumerate()
+            .filter(|(_, pos)| pos.style == Style::American)
+            .map(|(p, pos)| {
+                let basis = BasisFunctions::new(sim.basis, pos.underlying.assets(), &spots)
+                    .tables()
+                    .clone();
+                (p, basis)
+            })
+            .collect();
+        let mut ns: Vec<usize> = bases.iter().map(|(_, b)| b.len()).collect();
         ns.sort_unstable();
         ns.dedup();
+        // Every solver kernel the strategy may use, compiled in one parallel batch (the
+        // slowest NVRTC compiles of the start-up) on a thread of its own while this one
+        // compiles the paths, engine and build kernels: a cold start-up costs about the
+        // longest single compile instead of the sum.
+        let mut solver_keys = Vec::new();
         if !ns.is_empty() {
             let options = GpuOptions::default();
             let strategies: Vec<Strategy> = match sim.strategy {
@@ -417,14 +411,88 @@ impl<T: GpuReal> GpuEngine<T> {
                 s => vec![s],
             };
             for s in strategies {
-                solver.prepare::<T>(&ns, s, &options)?;
+                for &n in &ns {
+                    solver_keys.push(solver.kernel_key::<T>(n, s, &options)?.0);
+                }
             }
         }
+        let (compiled, rest) = std::thread::scope(|scope| {
+            let solver_compiles = scope.spawn(|| {
+                let t = Instant::now();
+                solver
+                    .modules()
+                    .precompile(&solver_keys)
+                    .map(|()| t.elapsed())
+            });
+            let paths_compile = scope.spawn(|| {
+                let t = Instant::now();
+                GpuPaths::new(
+                    &stream,
+                    &MarketSteps {
+                        spots: &spots,
+                        drift: &drift,
+                        vol: &vol,
+                        factor: factor.as_deref(),
+                    },
+                    sim.seed,
+                )
+                .map(|p| (p, t.elapsed()))
+            });
+            let rest = (|| -> Result<_, GpuError> {
+                let t = Instant::now();
+                let kernels = EngineKernels::new(&stream)?;
+                let t_kernels = t.elapsed();
+                let payoffs = (0..scenario.portfolio.len())
+                    .map(|p| DevicePayoff::new(&stream, &gpu_payoff(scenario, p)))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let mut americans = Vec::new();
+                for (p, basis) in &bases {
+                    let spec = RegressionSpec {
+                        basis: basis.clone(),
+                        payoff: gpu_payoff(scenario, *p),
+                        itm_only: sim.itm_only,
+                        assets: d,
+                        inner_paths: sim.inner_paths,
+                    };
+                    let regression =
+                        GpuRegression::<T>::new(&stream, &spec, RegressionConfig::default())?;
+                    americans.push(American {
+                        position: *p,
+                        n: basis.len(),
+                        regression,
+                        basis: DeviceBasis::new(&stream, basis)?,
+                    });
+                }
+                Ok((kernels, t_kernels, payoffs, americans, t.elapsed()))
+            })();
+            let solver_compiled = solver_compiles
+                .join()
+                .unwrap_or_else(|e| std::panic::resume_unwind(e));
+            let paths_compiled = paths_compile
+                .join()
+                .unwrap_or_else(|e| std::panic::resume_unwind(e));
+            ((solver_compiled, paths_compiled), rest)
+        });
+        let t_solver = compiled.0?;
+        let (paths, t_paths) = compiled.1?;
+        let (kernels, t_kernels, payoffs, americans, t_rest) = rest?;
+        if profile {
+            for (name, t) in [
+                ("  solver kernels (NVRTC, own thread)", t_solver),
+                ("  paths module (NVRTC, own thread)", t_paths),
+                ("  engine kernels (NVRTC)", t_kernels),
+                ("  engine kernels, payoffs, builds (NVRTC)", t_rest),
+            ] {
+                eprintln!("GPU start-up: {name:<40} {:>8.3} s", t.as_secs_f64());
+            }
+        }
+        lap("all compiles (in parallel)");
         let discount: Vec<f64> = (0..=n_dates)
             .map(|s| (-scenario.market.rate * dt * s as f64).exp())
             .collect();
         let discount_dev = stream.clone_htod(&discount)?;
         stream.synchronize()?;
+        lap("discount upload, synchronisation");
         Ok(Self {
             solver,
             paths,
@@ -812,6 +880,7 @@ impl<T: GpuReal> GpuEngine<T> {
                         &mut b.b.slice_mut(0..c * n),
                         &mut b.counts.slice_mut(0..c),
                     )?;
+                    clock.mark(stream, Phase::Build, "regression build")?;
                     self.kernels.select::<T>(
                         n,
                         &alive,
@@ -819,7 +888,7 @@ impl<T: GpuReal> GpuEngine<T> {
                         &mut b.a.slice_mut(0..c * n * n),
                         &mut b.b.slice_mut(0..c * n),
                     )?;
-                    clock.mark(stream, Phase::Build, "regression build + select")?;
+                    clock.mark(stream, Phase::Build, "select (identity systems)")?;
 
                     let options = GpuOptions {
                         start,

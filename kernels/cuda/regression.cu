@@ -16,10 +16,11 @@
 //
 // Defines (from the host): REAL_F64, N (basis size), DEG (longest chain, >= 1),
 // G (regressions per block), P (paths per chunk, a power of two
-// <= 32), THREADS (block size, a multiple of 32, >= G * NT and >= G * P), USE_FMA.
+// <= 32), STAGES (stage buffers of raw states: STAGES - 1 chunks are copied ahead of the
+// one being prepared, >= 2), THREADS (block size, a multiple of 32, >= G * NT and >= G * P), USE_FMA.
 //
-// Shared memory (dynamic, 16-byte aligned): psi[G][P][NEP] real | raw[2][G][P][d]
-// double | yraw[2][G][P] double | chain_inv[N][DEG] double | uw[nu] double | cnt[G] int |
+// Shared memory (dynamic, 16-byte aligned): psi[2][G][P][NEP] real |
+// raw[STAGES][G][P][d] double | yraw[STAGES][G][P] double | chain_inv[N][DEG] double | uw[nu] double | cnt[G] int |
 // total[G] int | chain_asset[N][DEG] int | ua[nu] int | src[G][P] int.
 
 #if REAL_F64
@@ -112,8 +113,8 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
     extern __shared__ __align__(16) unsigned char smem[];
     real* psi = (real*)smem;
     double* raw = (double*)(psi + 2 * G * P * NEP);
-    double* yraw = raw + 2 * G * P * d;
-    double* chain_inv = yraw + 2 * G * P;
+    double* yraw = raw + STAGES * G * P * d;
+    double* chain_inv = yraw + STAGES * G * P;
     double* uw = chain_inv + N * DEG;
     int* cnt = (int*)(uw + nu);
     int* total = cnt + 2 * G;
@@ -154,37 +155,38 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
     if (warp < PREP_WARPS) {
         // This lane's path slot: regression g (may be >= G), path p of the chunk.
         const int g = tid / P, p = tid - g * P;
-        // Copies of chunk c of this warp's regressions into stage buffer c & 1.
+        // Copies of chunk c of this warp's regressions into stage buffer c % STAGES, as
+        // one commit group (empty past the last chunk, so that every iteration commits
+        // one group and the wait below keeps a constant count).
         auto stage = [&](int c) {
-            const int p0 = c * P, np = min(P, m - p0), buf = c & 1;
-            for (int j = 0; j < GROUPS_PER_WARP; ++j) {
-                const int gg = warp * GROUPS_PER_WARP + j;
-                if (gg >= G || l0 + gg >= batch) break;
-                const double* s = states + (l0 + gg) * path_stride + (long long)p0 * d;
-                double* dst = raw + (buf * G + gg) * (P * d);
-                for (int r = lane; r < np * d; r += 32) copy_async8(dst + r, s + r);
+            if (c < chunks) {
+                const int p0 = c * P, np = min(P, m - p0), sb = c % STAGES;
+                for (int j = 0; j < GROUPS_PER_WARP; ++j) {
+                    const int gg = warp * GROUPS_PER_WARP + j;
+                    if (gg >= G || l0 + gg >= batch) break;
+                    const double* s = states + (l0 + gg) * path_stride + (long long)p0 * d;
+                    double* dst = raw + (sb * G + gg) * (P * d);
+                    for (int r = lane; r < np * d; r += 32) copy_async8(dst + r, s + r);
+                }
+                if (g < G && l0 + g < batch && p < np)
+                    copy_async8(yraw + (sb * G + g) * P + p, y + (l0 + g) * m + p0 + p);
             }
-            if (g < G && l0 + g < batch && p < np)
-                copy_async8(yraw + (buf * G + g) * P + p, y + (l0 + g) * m + p0 + p);
             copy_async_commit();
         };
         if (lane == 0)
             for (int j = 0; j < GROUPS_PER_WARP; ++j)
                 if (warp * GROUPS_PER_WARP + j < G) total[warp * GROUPS_PER_WARP + j] = 0;
-        if (chunks > 0) stage(0);
+        // STAGES - 1 chunks in flight ahead of the one being prepared.
+        for (int c = 0; c < STAGES - 1; ++c) stage(c);
         for (int c = 0; c < chunks; ++c) {
-            const int buf = c & 1, np = min(P, m - c * P);
-            if (c + 1 < chunks) {
-                __syncwarp();  // every lane is done with the buffer chunk c + 1 reuses
-                stage(c + 1);
-                copy_async_wait<1>();
-            } else {
-                copy_async_wait<0>();
-            }
+            const int buf = c & 1, sb = c % STAGES, np = min(P, m - c * P);
+            __syncwarp();  // every lane is done with the stage buffer chunk c + STAGES - 1 reuses
+            stage(c + STAGES - 1);
+            copy_async_wait<STAGES - 1>();  // chunk c's group is complete
             __syncwarp();  // chunk c's copies by every lane of the warp are visible
             if (c >= 2) named_sync(3 + buf);  // the tile warps are done with psi[buf]
-            const double* rb = raw + buf * (G * P * d);
-            const double* yb = yraw + buf * (G * P);
+            const double* rb = raw + sb * (G * P * d);
+            const double* yb = yraw + sb * (G * P);
             real* pb = psi + buf * (G * P * NEP);
             // Which paths enter.
             bool f = false;

@@ -9,7 +9,11 @@
 //! basket put on the 29 assets struck at the basket's spot level, linear basis
 //! (n = 30), in-the-money paths only (about half) and all 300 paths; f64 and f32;
 //! batch 65,536 (one launch) and 2^20 (two launches of 2^19 over the same states, so
-//! every state is still read from device memory: 36.5 GB is far beyond L2). CUDA
+//! every state is still read from device memory: 36.5 GB is far beyond L2), and the
+//! engine's shape at 100,000 outer paths: launches of 50,000, with the outer-path stride
+//! of one date's states in the engine's `[l][s][mm][i]` buffer (5 dates) or packed.
+//! Variants: paths per chunk (P), stage buffers (S), regressions per block (G), FMA.
+//! `GPU_PATHS_BENCH_QUICK=1`: f64 only, no batch 65,536, no P8 / FMA variants. CUDA
 //! events, 2 warm-up runs, median of 10.
 //!
 //! Floors per regression: bytes = states (m d 8) + y (m 8) + lower triangle of A and b
@@ -81,6 +85,11 @@ struct Row {
 }
 
 #[allow(clippy::too_many_arguments)]
+/// `GPU_PATHS_BENCH_QUICK=1`: f64 only, fewer variants, no batch 65,536.
+fn quick() -> bool {
+    std::env::var_os("GPU_PATHS_BENCH_QUICK").is_some_and(|v| v != "0")
+}
+
 fn bench_regression<T: GpuReal>(
     stream: &Arc<CudaStream>,
     spec: &RegressionSpec,
@@ -95,17 +104,29 @@ fn bench_regression<T: GpuReal>(
     let n = info.n;
     let es = if T::IS_F64 { 8 } else { 4 };
     let half = STATE_PATHS;
-    for batch in [1usize << 16, 1 << 20] {
+    // (batch, outer-path stride in states, launch size): the bench's shapes, then the
+    // engine's at 100,000 outer paths (chunks of 50,000, states `[l][s][mm][i]` of 5
+    // dates, so one outer path's states of a date every 5 m d doubles).
+    let shapes = [
+        (1usize << 16, M * D, half, ""),
+        (1 << 20, M * D, half, ""),
+        (50_000, M * D, 50_000, " engine batch"),
+        (50_000, 5 * M * D, 50_000, " engine batch+stride"),
+    ];
+    for (batch, stride, launch, shape) in shapes {
+        if quick() && batch == 1 << 16 {
+            continue;
+        }
         let mut a: CudaSlice<T> = stream.alloc_zeros(batch * n * n)?;
         let mut b: CudaSlice<T> = stream.alloc_zeros(batch * n)?;
         let mut c: CudaSlice<u32> = stream.alloc_zeros(batch)?;
         let mut run = || -> Result<(), GpuError> {
             let mut done = 0;
             while done < batch {
-                let part = (batch - done).min(half);
+                let part = (batch - done).min(launch);
                 kernel.build(
                     &states.slice(..),
-                    M * D,
+                    stride,
                     &y.slice(..),
                     part,
                     &mut a.slice_mut(done * n * n..),
@@ -124,14 +145,15 @@ fn bench_regression<T: GpuReal>(
             precision: T::NAME,
             batch,
             itm: spec.itm_only,
-            variant: variant.to_string(),
+            variant: format!("{variant}{shape}"),
             rate: batch as f64 / t,
             itm_fraction: entered as f64 / (batch * M) as f64,
             gbs: bytes / t * 1e-9,
             info: format!(
-                "G={} P={} threads={} smem={} regs={} local={} blocks/SM={}",
+                "G={} P={} S={} threads={} smem={} regs={} local={} blocks/SM={}",
                 info.regressions_per_block,
                 info.paths_per_chunk,
+                info.stages,
                 info.block_threads,
                 info.shared_bytes,
                 info.registers,
@@ -301,6 +323,28 @@ fn run(report: Option<String>) -> Result<(), GpuError> {
                 },
             ),
             (
+                "P16 S2",
+                RegressionConfig {
+                    stages: 2,
+                    ..Default::default()
+                },
+            ),
+            (
+                "P16 S4",
+                RegressionConfig {
+                    stages: 4,
+                    ..Default::default()
+                },
+            ),
+            (
+                "P16 S2 G4",
+                RegressionConfig {
+                    stages: 2,
+                    regressions_per_block: Some(4),
+                    ..Default::default()
+                },
+            ),
+            (
                 "P32",
                 RegressionConfig {
                     paths_per_chunk: 32,
@@ -315,23 +359,22 @@ fn run(report: Option<String>) -> Result<(), GpuError> {
                 },
             ),
             (
-                "P16 G4",
+                "P8 S4",
                 RegressionConfig {
-                    regressions_per_block: Some(4),
-                    ..Default::default()
-                },
-            ),
-            (
-                "P16 G8",
-                RegressionConfig {
-                    regressions_per_block: Some(8),
+                    paths_per_chunk: 8,
+                    stages: 4,
                     ..Default::default()
                 },
             ),
         ];
         for (v, cfg) in variants {
+            if quick() && (v == "P8" || v == "P16 fma") {
+                continue;
+            }
             bench_regression::<f64>(&stream, &spec, cfg, v, &states, &y, &mut rows)?;
-            bench_regression::<f32>(&stream, &spec, cfg, v, &states, &y, &mut rows)?;
+            if !quick() {
+                bench_regression::<f32>(&stream, &spec, cfg, v, &states, &y, &mut rows)?;
+            }
         }
     }
 

@@ -627,28 +627,37 @@ fn regression_matches_cpu<T: GpuReal>(tol: f64) {
     let Some(stream) = stream() else { return };
     let mut failures = Vec::new();
     for (i, (name, spec, batch)) in regression_cases().into_iter().enumerate() {
-        for (paths_per_chunk, fma) in [(16, false), (16, true), (32, false), (8, false), (1, false)]
-        {
+        for (paths_per_chunk, stages, fma) in [
+            (16, 3, false),
+            (16, 3, true),
+            (16, 2, false),
+            (16, 4, false),
+            (32, 3, false),
+            (8, 5, false),
+            (1, 2, false),
+            (1, 8, false),
+        ] {
             let config = RegressionConfig {
                 fma,
                 paths_per_chunk,
+                stages,
                 ..Default::default()
             };
             let (equal, total, err) =
                 regression_case::<T>(&stream, &spec, batch, 100 + i as u64, config);
             println!(
-                "regression {} {name} [P={paths_per_chunk}{}]: {equal} of {total} entries bitwise equal to the CPU, max error {err:.3e} (relative to max |entry|)",
+                "regression {} {name} [P={paths_per_chunk} S={stages}{}]: {equal} of {total} entries bitwise equal to the CPU, max error {err:.3e} (relative to max |entry|)",
                 T::NAME,
                 if fma { ", fma" } else { "" }
             );
             if err > tol {
                 failures.push(format!(
-                    "{name} P={paths_per_chunk}: error {err:e} above {tol:e}"
+                    "{name} P={paths_per_chunk} S={stages}: error {err:e} above {tol:e}"
                 ));
             }
             if !fma && equal != total {
                 failures.push(format!(
-                    "{name} P={paths_per_chunk}: {equal} of {total} bitwise equal to the CPU sums"
+                    "{name} P={paths_per_chunk} S={stages}: {equal} of {total} bitwise equal to the CPU sums"
                 ));
             }
         }

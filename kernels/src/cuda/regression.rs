@@ -116,6 +116,9 @@ pub struct RegressionConfig {
     /// Inner paths staged per chunk: a power of two, at most 32 (one lane per path of a
     /// preparing warp).
     pub paths_per_chunk: usize,
+    /// Stage buffers of raw states per preparing warp: `stages - 1` chunks are being
+    /// copied while one is prepared (2 to 8).
+    pub stages: usize,
     /// Fused multiply-adds in the accumulation (faster, no longer bitwise the CPU's).
     pub fma: bool,
 }
@@ -125,10 +128,14 @@ impl Default for RegressionConfig {
         Self {
             regressions_per_block: None,
             paths_per_chunk: 16,
+            stages: DEFAULT_STAGES,
             fma: false,
         }
     }
 }
+
+/// Stage buffers of the default configuration.
+pub const DEFAULT_STAGES: usize = 2;
 
 /// Geometry and resources of a compiled build kernel.
 #[derive(Debug, Clone, PartialEq)]
@@ -136,6 +143,7 @@ pub struct RegressionLaunch {
     pub n: usize,
     pub regressions_per_block: usize,
     pub paths_per_chunk: usize,
+    pub stages: usize,
     pub block_threads: u32,
     pub shared_bytes: usize,
     pub registers: i32,
@@ -168,13 +176,19 @@ fn min_blocks(threads: usize) -> usize {
 
 /// The CUDA source of the build kernel: the defines, then `cuda/regression.cu`.
 /// `g` regressions of `n` basis functions (longest chain `deg`) per block, `p` paths per
-/// chunk (a power of two, at most 32); the block has `ceil(g p / 32) + ceil(g tiles / 32)`
-/// warps.
-pub fn regression_source(f64: bool, n: usize, deg: usize, g: usize, p: usize, fma: bool) -> String {
+/// chunk (a power of two, at most 32), `stages` stage buffers (`stages - 1` chunks copied
+/// ahead); the block has `ceil(g p / 32) + ceil(g tiles / 32)` warps.
+pub fn regression_source(
+    f64: bool,
+    n: usize,
+    deg: usize,
+    (g, p, stages): (usize, usize, usize),
+    fma: bool,
+) -> String {
     let threads = block_threads(n, g, p);
     let (real_f64, min_blocks, use_fma) = (u32::from(f64), min_blocks(threads), u32::from(fma));
     format!(
-        "#define REAL_F64 {real_f64}\n#define N {n}\n#define DEG {deg}\n#define G {g}\n#define P {p}\n#define THREADS {threads}\n#define MIN_BLOCKS {min_blocks}\n#define USE_FMA {use_fma}\n{}",
+        "#define REAL_F64 {real_f64}\n#define N {n}\n#define DEG {deg}\n#define G {g}\n#define P {p}\n#define STAGES {stages}\n#define THREADS {threads}\n#define MIN_BLOCKS {min_blocks}\n#define USE_FMA {use_fma}\n{}",
         source_file("regression.cu", REGRESSION_CU)
     )
 }
@@ -228,17 +242,21 @@ impl<T: GpuReal> GpuRegression<T> {
                 "paths per chunk {p}: a power of two up to 32"
             )));
         }
+        let st = config.stages;
+        if !(2..=8).contains(&st) {
+            return Err(GpuError::Invalid(format!("stages {st}: 2 to 8")));
+        }
         let nt = tiles(n);
         let es = if T::IS_F64 { 8 } else { 4 };
         let nep = (n + 1).div_ceil(4) * 4;
         let (chain_asset, chain_inv, deg) = spec.basis.chains();
         let (payoff_kind, ua, uw) = spec.payoff.tables();
         let nu = ua.len();
-        // psi[2][g][p][nep], states[2][g][p][d] and y[2][g][p] (double-buffered), tables,
-        // counts[2][g], totals[g], compacted path indices[g][p].
+        // psi[2][g][p][nep] (double-buffered), states[st][g][p][d] and y[st][g][p] (stage
+        // buffers), tables, counts[2][g], totals[g], compacted path indices[g][p].
         let shared = |g: usize| {
             2 * g * p * nep * es
-                + (2 * g * p * d + 2 * g * p + n * deg + nu) * 8
+                + (st * g * p * d + st * g * p + n * deg + nu) * 8
                 + (3 * g + n * deg + nu + g * p) * 4
         };
         let ctx = stream.context();
@@ -293,7 +311,7 @@ impl<T: GpuReal> GpuRegression<T> {
                 limit: optin,
             });
         }
-        let src = regression_source(T::IS_F64, n, deg, g, p, config.fma);
+        let src = regression_source(T::IS_F64, n, deg, (g, p, st), config.fma);
         let (major, minor) = ctx.compute_capability()?;
         let cubin = compile_cubin(&src, "regression.cu", &format!("sm_{major}{minor}"))?;
         let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin))?;
@@ -315,6 +333,7 @@ impl<T: GpuReal> GpuRegression<T> {
             n,
             regressions_per_block: g,
             paths_per_chunk: p,
+            stages: st,
             block_threads: threads as u32,
             shared_bytes: smem,
             registers: function.num_regs()?,
@@ -458,9 +477,9 @@ mod tests {
 
     #[test]
     fn source_defines() {
-        let src = regression_source(false, 30, 1, 6, 16, true);
+        let src = regression_source(false, 30, 1, (6, 16, 3), true);
         assert!(src.starts_with(
-            "#define REAL_F64 0\n#define N 30\n#define DEG 1\n#define G 6\n#define P 16\n#define THREADS 320\n#define MIN_BLOCKS 2\n#define USE_FMA 1\n"
+            "#define REAL_F64 0\n#define N 30\n#define DEG 1\n#define G 6\n#define P 16\n#define STAGES 3\n#define THREADS 320\n#define MIN_BLOCKS 2\n#define USE_FMA 1\n"
         ));
     }
 
@@ -487,16 +506,16 @@ mod tests {
         if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
             return;
         }
-        for (n, deg, g, p) in [
-            (30, 1, 8, 16),
-            (10, 2, 32, 16),
-            (64, 1, 1, 32),
-            (1, 1, 4, 8),
-            (2, 1, 3, 1),
+        for (n, deg, g, p, st) in [
+            (30, 1, 8, 16, 3),
+            (10, 2, 32, 16, 2),
+            (64, 1, 1, 32, 4),
+            (1, 1, 4, 8, 3),
+            (2, 1, 3, 1, 8),
         ] {
             for f64 in [false, true] {
                 for fma in [false, true] {
-                    let src = regression_source(f64, n, deg, g, p, fma);
+                    let src = regression_source(f64, n, deg, (g, p, st), fma);
                     if let Err(e) = compile_cubin(&src, "regression.cu", "sm_90") {
                         panic!("{e}");
                     }
