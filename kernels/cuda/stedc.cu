@@ -1,7 +1,8 @@
 // Batched solve of small symmetric systems by Householder tridiagonalization and
 // divide and conquer with truncation (Abbas-Turki & Graillat 2016, Section 5 and
 // Algorithm 3; Cuppen 1981; Gu & Eisenstat 1995; LAPACK dstedc/dlaed0-dlaed4), one
-// warp per system, everything in shared memory.
+// warp per system, the work arrays in shared memory (the reflectors in local memory
+// while stedc runs).
 //
 // The method is the one of the CPU reference (same decisions, same formulas):
 //   kernels/src/householder/tridiagonalize.rs   householder_tridiagonalize (last row first)
@@ -12,7 +13,8 @@
 // but organised for the warp, so results agree with the CPU to rounding, not bit for bit:
 //  * Householder: lane r owns row r of the full symmetric matrix; sums by shuffles. Q is
 //    never formed: the reflectors stay in A (u_i in row i, w_i = u_i / beta_i in column i)
-//    and are applied to b and to the solution.
+//    and are applied to b; each lane then keeps its entries of them in local memory, the
+//    array of A becomes W, and the reflectors come back from local memory for the solution.
 //  * Divide and conquer: every unreduced block and every node of one depth of the
 //    division trees is merged at once, lane i working for row / pole / root i of the
 //    node that contains row i. Merge positions, deflation lists and ranks come from
@@ -285,6 +287,45 @@ __device__ void apply_q(const real* a, real (&y)[SLOTS], bool transpose, int lan
         for (int s = 0; s < SLOTS; ++s) {
             const int k = lane + 32 * s;
             if (k < i) y[s] -= a[k + i * LD] * dot;
+        }
+    }
+}
+
+// The reflectors per lane (lane k: entries k + 32 s of u_i and w_i, i = 2..N-1), kept in
+// local memory (dynamically indexed, so never in registers) while stedc reuses the
+// shared array that held them.
+struct Reflectors {
+    real u[SLOTS][N];
+    real w[SLOTS][N];
+};
+
+__device__ void save_reflectors(const real* a, Reflectors& h, int lane) {
+#pragma unroll 1
+    for (int i = 2; i < N; ++i) {
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const int k = lane + 32 * s;
+            h.u[s][i] = k < i ? a[i + k * LD] : (real)0;
+            h.w[s][i] = k < i ? a[k + i * LD] : (real)0;
+        }
+    }
+}
+
+// apply_q with the reflectors from `h` (same operations in the same order).
+__device__ void apply_q_saved(const Reflectors& h, real (&y)[SLOTS], bool transpose, int lane) {
+    for (int step = 0; step < N - 2; ++step) {
+        const int i = transpose ? N - 1 - step : 2 + step;
+        real dot = 0;
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const int k = lane + 32 * s;
+            if (k < i) dot += h.u[s][i] * y[s];
+        }
+        dot = warp_sum(dot);
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const int k = lane + 32 * s;
+            if (k < i) y[s] -= h.w[s][i] * dot;
         }
     }
 }
@@ -1182,21 +1223,25 @@ __device__ int truncated_eigen_solve(const real* lambda, const real* z, real* v,
     return discarded;
 }
 
-// Shared-memory layout of one system: three N x LD matrices and DC_VECS vectors of N
+// Shared-memory layout of one system: two N x LD matrices and DC_VECS vectors of N
 // reals, then DC_INTS ints; the host computes the same size (dc_shared_bytes in
-// kernels/src/cuda/solver.rs).
-constexpr int DC_VECS = 15;
-constexpr int DC_REALS = 3 * N * LD + DC_VECS * N;
-constexpr int DC_INTS = 9 * N;
+// kernels/src/cuda/solver.rs). The first matrix holds A and the reflectors during the
+// Householder step, then W during stedc (the reflectors are kept per lane in local
+// memory meanwhile, see Reflectors); the rotations of the sequential deflation scan
+// share vectors with zh, stau, sorg and rnk (written only after the rotations are
+// applied).
+constexpr int DC_VECS = 11;
+constexpr int DC_REALS = 2 * N * LD + DC_VECS * N;
+constexpr int DC_INTS = 7 * N;
 
 // Carves the workspace out of shared memory; returns the first free vector (after the
-// stedc vectors: N reals each, DC_VECS - 9 of them left for the caller).
+// stedc vectors: N reals each, DC_VECS - 7 of them left for the caller).
 __device__ real* carve(unsigned char* smem, real** a, Ws& ws) {
     real* base = reinterpret_cast<real*>(smem);
     *a = base;
+    ws.w = base;
     ws.z = base + N * LD;
-    ws.w = ws.z + N * LD;
-    real* v = ws.w + N * LD;
+    real* v = ws.z + N * LD;
     ws.dsrt = v;
     ws.zsrt = v + N;
     ws.dk = v + 2 * N;
@@ -1204,19 +1249,19 @@ __device__ real* carve(unsigned char* smem, real** a, Ws& ws) {
     ws.zh = v + 4 * N;
     ws.vals = v + 5 * N;
     ws.stau = v + 6 * N;
-    ws.rotc = v + 7 * N;
-    ws.rots = v + 8 * N;
+    ws.rotc = ws.zh;
+    ws.rots = ws.stau;
     int* ib = reinterpret_cast<int*>(base + DC_REALS);
     ws.perm = ib;
     ws.ord = ib + N;
     ws.col = ib + 2 * N;
     ws.rnk = ib + 3 * N;
     ws.sorg = ib + 4 * N;
-    ws.rotp = ib + 5 * N;
-    ws.rotk = ib + 6 * N;
-    ws.cnt = ib + 7 * N;
-    ws.rcnt = ib + 8 * N;
-    return v + 9 * N;
+    ws.cnt = ib + 5 * N;
+    ws.rcnt = ib + 6 * N;
+    ws.rotp = ws.sorg;
+    ws.rotk = ws.rnk;
+    return v + 7 * N;
 }
 
 // Solves systems idx[k] (k < count; idx == nullptr: system k) by Householder + divide
@@ -1233,11 +1278,13 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, re
     real* d = vec;
     real* e = d + N;
     real* v = e + N;
-    real* tmp = v + N;
-    real* xb = tmp + N;
-    real* bb = xb + N;
+    real* bb = v + N;
+    // Scratch outside stedc: vectors of stedc that are free before and after it.
+    real* tmp = ws.zsrt;
+    real* xb = ws.dsrt;
     const int lane = threadIdx.x & 31;
     const real thr = (real)threshold;
+    Reflectors refl;
 
     for (long long k = blockIdx.x; k < count; k += gridDim.x) {
         const long long sys = idx ? (long long)idx[k] : k;
@@ -1275,6 +1322,7 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, re
                 y[s] = i < N ? bb[i] : (real)0;
             }
             apply_q(qa, y, true, lane);
+            save_reflectors(qa, refl, lane);
 #pragma unroll
             for (int s = 0; s < SLOTS; ++s) {
                 const int i = lane + 32 * s;
@@ -1291,7 +1339,7 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, re
                     const int i = lane + 32 * s;
                     y[s] = i < N ? v[i] : (real)0;
                 }
-                apply_q(qa, y, false, lane);
+                apply_q_saved(refl, y, false, lane);
 #pragma unroll
                 for (int s = 0; s < SLOTS; ++s) {
                     const int i = lane + 32 * s;

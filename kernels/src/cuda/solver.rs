@@ -116,11 +116,11 @@ pub struct EscalationCounts {
 }
 
 /// Dynamic shared memory of `divide_conquer` for size `n` (`DC_REALS` reals and
-/// `DC_INTS` ints of `cuda/stedc.cu`: three `n x ld` matrices, `ld` = `n` rounded up
-/// to odd, and 15 vectors of reals, 9 of ints), rounded up to 16 bytes.
+/// `DC_INTS` ints of `cuda/stedc.cu`: two `n x ld` matrices, `ld` = `n` rounded up
+/// to odd, and 11 vectors of reals, 7 of ints), rounded up to 16 bytes.
 pub fn dc_shared_bytes(n: usize, elem_bytes: usize) -> usize {
     let ld = n | 1;
-    ((3 * n * ld + 15 * n) * elem_bytes + 9 * n * 4).next_multiple_of(16)
+    ((2 * n * ld + 11 * n) * elem_bytes + 7 * n * 4).next_multiple_of(16)
 }
 
 /// Dynamic shared memory of `ldlt_check` / `pcr_check` (`CHECK_REALS` of
@@ -386,6 +386,11 @@ impl GpuBatchSolver {
         threshold: f64,
     ) -> Result<LaunchInfo, GpuError> {
         let smem = dc_shared_bytes(n, std::mem::size_of::<T>());
+        // Occupancy is limited by shared memory: ask for the largest carveout.
+        kernel.function("divide_conquer").set_attribute(
+            CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+            100,
+        )?;
         let (cfg, info) = self.warp_geometry(kernel, "divide_conquer", smem, count)?;
         if count == 0 {
             return Ok(info);
