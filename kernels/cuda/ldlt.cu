@@ -45,11 +45,67 @@ __host__ __device__ constexpr int round_vec(int v) { return (v + VEC - 1) / VEC 
 __host__ __device__ constexpr int w_row(int j) {
     return VEC * VEC * (j / VEC) * (j / VEC + 1) / 2 + (j % VEC) * VEC * (j / VEC + 1);
 }
+// LDLT_CANDIDATE 1 turns on the set measured faster in round 5 (benches/RESULTS.md:
+// f64 n = 30 221 -> 236-238 M systems/s, n = 32 218 -> 272, n = 48 51 -> 63): layout 1
+// of W below where its argument holds, and LDLT_RD_END, LDLT_Y_PRED, LDLT_X_SHARED.
+// Off by default: the escalating GPU tests did not finish in that device call (its
+// L D L^T tests and the every-n check passed).
+#ifndef LDLT_CANDIDATE
+#define LDLT_CANDIDATE 0
+#endif
+// Layout of W (LDLT_WLAYOUT):
+//  0: row-major, row j at w_row(j), entry (j, k) at w_row(j) + k. The store of column
+//     J (one entry per row i >= J, all rows at once) falls into banks w_row(i) + J
+//     mod 32 words, which collide (3.1x the ideal wavefronts in f64 n = 30, n* = 16).
+//  1 (f64 only): pairs of columns, column-major: columns 2p, 2p + 1 hold rows
+//     i >= 2p at w_pair(p) + 2 (i - 2p), the two entries of a row next to each other
+//     and swapped when bit 3 of i is set:
+//         (i, k) at w_pair(k / 2) + 2 (i - 2 (k / 2)) + ((k & 1) ^ ((i >> 3) & 1)).
+//     The store of column J by 16 consecutive rows 16 b + t (one half-warp) then
+//     touches 16 different 8-byte bank pairs (t and t + 8 differ in the swap bit),
+//     conflict-free; row J's entries 2p, 2p + 1 are still one 16-byte aligned pair
+//     (read by one 16-byte broadcast, swapped back at compile time). Same size as 0.
+//     The back substitution's reads of a row of W (entries (k, i), one per row i)
+//     become 2-way conflicts where they had none, fewer wavefronts than the stores
+//     save. The argument needs the 16 lanes of a half-warp to own 16 consecutive rows
+//     16 b .. 16 b + 15 of one system: n* a multiple of 16, or n* >= n (one row per
+//     thread); LDLT_CANDIDATE takes layout 1 there in f64 and layout 0 elsewhere
+//     (any layout gives the same results: the same values are stored and read).
+#ifndef LDLT_WLAYOUT
+#define LDLT_WLAYOUT (LDLT_CANDIDATE && REAL_F64 && (NSTAR % 16 == 0 || NSTAR >= N))
+#endif
+#if LDLT_WLAYOUT == 1
+static_assert(REAL_F64 && VEC == 2, "LDLT_WLAYOUT 1 is for f64");
+__host__ __device__ constexpr int w_pair(int p) { return 2 * p * (N - p + 1); }
+__host__ __device__ constexpr int w_swap(int i) { return (i >> 3) & 1; }
+__host__ __device__ constexpr int w_at(int i, int k) {
+    return w_pair(k >> 1) + 2 * (i - (k & ~1)) + ((k & 1) ^ w_swap(i));
+}
+// Entry (i, J) = store base of row i for the parity of J + w_store_off(J).
+__host__ __device__ constexpr int w_store_base(int i, int parity) { return 2 * i + (parity ^ w_swap(i)); }
+__host__ __device__ constexpr int w_store_off(int j) { return w_pair(j >> 1) - 2 * (j & ~1); }
+// Entry (k, i), i < k (back substitution, row i reads row k of W):
+// w_bs_base(i, w_swap(k)) + 2 k.
+__host__ __device__ constexpr int w_bs_base(int i, int sw) {
+    return w_pair(i >> 1) - 2 * (i & ~1) + ((i & 1) ^ sw);
+}
+// The 16-byte pair of row j holding entries k0, k0 + 1 (k0 even), and whether they
+// are swapped there.
+__host__ __device__ constexpr int w_vec_at(int j, int k0) { return w_pair(k0 >> 1) + 2 * (j - k0); }
+__host__ __device__ constexpr bool w_vec_swapped(int j) { return w_swap(j) != 0; }
+constexpr int W_SIZE = w_pair((N + 1) / 2);
+static_assert(W_SIZE == w_row(N), "both layouts take the same space (tuning::ldlt_group_elems)");
+#else
+__host__ __device__ constexpr int w_at(int i, int k) { return w_row(i) + k; }
+__host__ __device__ constexpr int w_store_base(int i, int) { return w_row(i); }
+__host__ __device__ constexpr int w_store_off(int j) { return j; }
+__host__ __device__ constexpr int w_vec_at(int j, int k0) { return w_row(j) + k0; }
+__host__ __device__ constexpr bool w_vec_swapped(int) { return false; }
 constexpr int W_SIZE = w_row(N);
+#endif
 // One of the two buffers (A packed, or W), a multiple of VEC entries so that both
 // start 16-byte aligned. Mirrored by tuning::ldlt_group_elems.
 constexpr int BUF = round_vec(N * (N + 1) / 2) > W_SIZE ? round_vec(N * (N + 1) / 2) : W_SIZE;
-__device__ __forceinline__ int w_row_rt(int j) { return w_row(j); }
 __device__ __forceinline__ void load_vec(real* w, const real* p) {
 #if VEC_OK
 #if REAL_F64
@@ -96,6 +152,22 @@ __host__ __device__ constexpr int row_regs(int s) {
 //  LDLT_LOOKAHEAD (see ldlt_factor_rows).
 #ifndef LDLT_FMA
 #define LDLT_FMA 1
+#endif
+// LDLT_RD_END 1: the owned rows' 1 / D_i are computed once after the factorization
+// (from W's diagonal, same rcp_rn_fast, same value) instead of a select per column.
+#ifndef LDLT_RD_END
+#define LDLT_RD_END LDLT_CANDIDATE
+#endif
+// LDLT_Y_PRED 1: the forward substitution updates only the rows i > k (a predicate)
+// instead of updating every row and saving y_k by a select when it is broadcast.
+#ifndef LDLT_Y_PRED
+#define LDLT_Y_PRED LDLT_CANDIDATE
+#endif
+// LDLT_X_SHARED 1: after the back substitution each thread reads its rows' x_i from
+// the shared vector x (written there for the residual anyway) instead of a select
+// per step.
+#ifndef LDLT_X_SHARED
+#define LDLT_X_SHARED LDLT_CANDIDATE
 #endif
 // acc - p * q (LDLT_FMA: one rounding) and acc + p * q.
 __device__ __forceinline__ real sub_mul(real acc, real p, real q) {
@@ -296,18 +368,23 @@ __device__ __forceinline__ void ldlt_load_rows(real (&a)[R][N], const real* sA, 
 #ifndef LDLT_LOOKAHEAD
 #define LDLT_LOOKAHEAD 1
 #endif
-// p = (A_ij - even terms) - odd terms over k < kend of the row slot s, W row j at wj.
-template <int S, int KEND>
-__device__ __forceinline__ real ldlt_partial(const real (&a)[R][N], const real* wj, real aij) {
+// p = (A_ij - even terms) - odd terms over k < KEND of the row slot S, W row J.
+template <int S, int KEND, int J>
+__device__ __forceinline__ real ldlt_partial(const real (&a)[R][N], const real* sW, real aij) {
     real acc = aij, acc2 = 0;
 #pragma unroll
     for (int k0 = 0; k0 < KEND; k0 += VEC) {
         real w[VEC];
         if (k0 + VEC <= KEND) {
-            load_vec(w, wj + k0);
+            load_vec(w, sW + w_vec_at(J, k0));
+            if (w_vec_swapped(J)) {
+                const real w0 = w[0];
+                w[0] = w[1];
+                w[1] = w0;
+            }
         } else {
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) w[e] = k0 + e < KEND ? wj[k0 + e] : (real)0;
+            for (int e = 0; e < VEC; ++e) w[e] = k0 + e < KEND ? sW[w_at(J, k0 + e)] : (real)0;
         }
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
@@ -324,7 +401,7 @@ template <int S, int J>
 struct LdltPartials {
     // p of column J for slot S (and the following slots).
     static __device__ __forceinline__ void run(real (&p)[R], const real (&a)[R][N], const real* sW) {
-        if (row_max(S) >= J) p[S] = ldlt_partial<S, (J >= 1 ? J - 1 : 0)>(a, sW + w_row(J), a[S][J]);
+        if (row_max(S) >= J) p[S] = ldlt_partial<S, (J >= 1 ? J - 1 : 0), J>(a, sW, a[S][J]);
         LdltPartials<S + 1, J>::run(p, a, sW);
     }
 };
@@ -336,25 +413,25 @@ template <int J>
 struct LdltColumns {
     // Columns J..N-1; p holds the partial sums of column J.
     static __device__ __forceinline__ void run(real (&a)[R][N], real (&rd)[R], real (&p)[R], real* sW,
-                                               const int (&row)[R], real* const (&wrow)[R], const Group& g,
+                                               const int (&row)[R], real* const (&wrow)[2][R], const Group& g,
                                                int& kmin, int& kmax) {
 #if !LDLT_LOOKAHEAD
         LdltPartials<0, J>::run(p, a, sW);
 #endif
         real t[R];
-        const real wl = J >= 1 ? sW[w_row(J) + J - 1] : (real)0;
+        const real wl = J >= 1 ? sW[w_at(J, J >= 1 ? J - 1 : 0)] : (real)0;
 #pragma unroll
         for (int s = 0; s < R; ++s) {
             if (row_max(s) >= J) {
                 t[s] = J >= 1 ? sub_mul(p[s], a[s][J >= 1 ? J - 1 : 0], wl) : p[s];
-                if (row[s] >= J) wrow[s][J] = t[s];
+                if (row[s] >= J) wrow[J & 1][s][w_store_off(J)] = t[s];
             }
         }
 #if NSTAR <= 32
         const real d = group_bcast(t[J / NSTAR], g, J % NSTAR);
 #else
         group_sync();
-        const real d = sW[w_row(J) + J];
+        const real d = sW[w_at(J, J)];
 #endif
         kmin = min(kmin, rcp_key(d));
         kmax = max(kmax, rcp_key(d));
@@ -367,7 +444,9 @@ struct LdltColumns {
             if (row_max(s) >= J) {
                 // Rows i < J never read a[s][J] again; row J keeps 1 / D_J in rd.
                 a[s][J] = t[s] * r;
+#if !LDLT_RD_END
                 if (s == J / NSTAR && g.t == J % NSTAR) rd[s] = r;
+#endif
             }
         }
         group_sync();
@@ -377,26 +456,37 @@ struct LdltColumns {
 template <>
 struct LdltColumns<N> {
     static __device__ __forceinline__ void run(real (&)[R][N], real (&)[R], real (&)[R], real*, const int (&)[R],
-                                               real* const (&)[R], const Group&, int&, int&) {}
+                                               real* const (&)[2][R], const Group&, int&, int&) {}
 };
 
 __device__ __forceinline__ bool ldlt_factor_rows(real (&a)[R][N], real (&rd)[R], real* sW, const Group& g,
                                                  bool& not_pd) {
-    // Row index of each slot, -1 where the thread owns no row; W row addresses.
+    // Row index of each slot, -1 where the thread owns no row; W store addresses
+    // (entry (i, J) at wrow[J & 1][s] + w_store_off(J)).
     int row[R];
-    real* wrow[R];
+    real* wrow[2][R];
     real p[R];
 #pragma unroll
     for (int s = 0; s < R; ++s) {
         const int i = g.t + s * NSTAR;
         row[s] = (g.t < NSTAR && i < N) ? i : -1;
-        wrow[s] = sW + w_row_rt(i < N ? i : N - 1);
+        wrow[0][s] = sW + w_store_base(i < N ? i : N - 1, 0);
+        wrow[1][s] = sW + w_store_base(i < N ? i : N - 1, 1);
         rd[s] = 0;
         p[s] = a[s][0];
     }
     // Smallest and largest pivot key: the range test of rcp_rn_fast and the pivot test.
     int kmin = RCP_KEY_INF, kmax = 0;
     LdltColumns<0>::run(a, rd, p, sW, row, wrow, g, kmin, kmax);
+#if LDLT_RD_END
+    // 1 / D_i of the owned rows from the diagonal of W (the value each column
+    // broadcast), by the same rcp_rn_fast: no per-column select.
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+        const int i = g.t + s * NSTAR;
+        rd[s] = rcp_rn_fast(sW[w_at(i < N ? i : N - 1, i < N ? i : N - 1)]);
+    }
+#endif
     // A negative key is a pivot < 0 (or -0), a key >= RCP_KEY_INF one that is not
     // finite: not positive definite, whatever the other pivots. Otherwise every pivot in
     // range means every 1 / D_j above was exact; anything else (a +0, subnormal, tiny or
@@ -420,15 +510,15 @@ __device__ __noinline__ bool ldlt_factor_exact(const real* sA, real* sW, real* s
             real acc = sA[packed_col(j) + i - j], acc2 = 0;
 #pragma unroll 1
             for (int k = 0; k + 1 < j; ++k) {
-                const real l = sW[w_row(i) + k] * sr[k];
-                if (k & 1) acc2 = add_mul(acc2, l, sW[w_row(j) + k]);
-                else acc = sub_mul(acc, l, sW[w_row(j) + k]);
+                const real l = sW[w_at(i, k)] * sr[k];
+                if (k & 1) acc2 = add_mul(acc2, l, sW[w_at(j, k)]);
+                else acc = sub_mul(acc, l, sW[w_at(j, k)]);
             }
             real t = acc - acc2;
-            if (j >= 1) t = sub_mul(t, sW[w_row(i) + j - 1] * sr[j - 1], sW[w_row(j) + j - 1]);
-            sW[w_row(i) + j] = t;
+            if (j >= 1) t = sub_mul(t, sW[w_at(i, j - 1)] * sr[j - 1], sW[w_at(j, j - 1)]);
+            sW[w_at(i, j)] = t;
         }
-        const real d = sW[w_row(j) + j];
+        const real d = sW[w_at(j, j)];
         not_pd |= !(d > (real)0 && d <= REAL_MAX);
         sr[j] = (real)1 / d;
     }
@@ -447,7 +537,7 @@ __device__ __forceinline__ void ldlt_reload_rows(real (&a)[R][N], real (&rd)[R],
         rd[s] = own ? sr[ic] : (real)0;
 #pragma unroll
         for (int k = 0; k < N; ++k) {
-            if (k <= row_max(s)) a[s][k] = (own && k < i) ? sW[w_row_rt(ic) + k] * sr[k] : (real)0;
+            if (k <= row_max(s)) a[s][k] = (own && k < i) ? sW[w_at(ic, LDLT_WLAYOUT == 1 && k > ic ? ic : k)] * sr[k] : (real)0;
         }
     }
 }
@@ -549,7 +639,9 @@ ENTRY(ldlt_group)(const real* __restrict__ A, const real* __restrict__ B, real* 
 #pragma unroll
         for (int k = 0; k < N; ++k) {
             real yk;
+#if !LDLT_Y_PRED
             if (g.t == k % NSTAR) yf[k / NSTAR] = y[k / NSTAR];
+#endif
 #if NSTAR > 32
             if (g.t == k % NSTAR) sy[k] = y[k / NSTAR];
             group_sync();
@@ -559,28 +651,49 @@ ENTRY(ldlt_group)(const real* __restrict__ A, const real* __restrict__ B, real* 
 #endif
 #pragma unroll
             for (int s = 0; s < R; ++s) {
+#if LDLT_Y_PRED
+                if (row_max(s) > k && g.t + s * NSTAR > k) y[s] = sub_mul(y[s], a[s][k], yk);
+#else
                 if (row_max(s) > k) y[s] = sub_mul(y[s], a[s][k], yk);
+#endif
             }
         }
+#if LDLT_Y_PRED
+#pragma unroll
+        for (int s = 0; s < R; ++s) yf[s] = y[s];
+#endif
 
         // Back substitution D L^T x = y, column-oriented:
         // x_k = (y_k - sum_{i>k} W_ik x_i) / D_k.
         // As above, rows i >= k keep updating a dead copy; their index is clamped so
         // that the read stays inside W.
         real x[R];
+#if LDLT_WLAYOUT == 1
+        // Entry (k, i) of W at wb[w_swap(k)][s] + 2 k, i the row of slot s.
+        const real* wb[2][R];
+#else
         int ic[R];
+#endif
 #pragma unroll
         for (int s = 0; s < R; ++s) {
             x[s] = 0;
             y[s] = yf[s];
+#if LDLT_WLAYOUT == 1
+            const int i = min(g.t + s * NSTAR, N - 1);
+            wb[0][s] = sW + w_bs_base(i, 0);
+            wb[1][s] = sW + w_bs_base(i, 1);
+#else
             ic[s] = min(g.t + s * NSTAR, N - 1);
+#endif
         }
 #pragma unroll
         for (int k = N - 1; k >= 0; --k) {
             const int sk = k / NSTAR, tk = k % NSTAR;
             real xk_own = y[sk] * rd[sk];
             if (g.t == tk) {
+#if !LDLT_X_SHARED
                 x[sk] = xk_own;
+#endif
                 sx[k] = xk_own;
             }
             real xk;
@@ -592,10 +705,21 @@ ENTRY(ldlt_group)(const real* __restrict__ A, const real* __restrict__ B, real* 
 #endif
 #pragma unroll
             for (int s = 0; s < R; ++s) {
-                if (row_min(s) < k) y[s] = sub_mul(y[s], sW[w_row(k) + ic[s]], xk);
+#if LDLT_WLAYOUT == 1
+                if (row_min(s) < k) y[s] = sub_mul(y[s], wb[w_swap(k)][s][2 * k], xk);
+#else
+                if (row_min(s) < k) y[s] = sub_mul(y[s], sW[w_at(k, ic[s])], xk);
+#endif
             }
         }
         group_sync();
+#if LDLT_X_SHARED
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            const int i = g.t + s * NSTAR;
+            x[s] = (g.t < NSTAR && i < N) ? sx[i] : (real)0;
+        }
+#endif
         // W is dead: its buffer receives the next system while the residual is computed.
         prefetch_system(A + (next < batch ? next : 0) * (N * N), B + (next < batch ? next : 0) * N, sW,
                         sB0 + (buf ^ 1) * N, g, next < batch);

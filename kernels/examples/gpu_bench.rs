@@ -73,8 +73,16 @@ fn check<T: GpuReal>(solver: &GpuBatchSolver) -> usize {
     let all_var = std::env::var("GPU_BENCH_CHECK_ALL").ok();
     let all = all_var.is_some();
     let hh = all_var.as_deref() != Some("ldlt");
+    // GPU_BENCH_CHECK_SIZES=lo-hi: only n in lo..=hi (to split the check over processes).
+    let (lo, hi) = std::env::var("GPU_BENCH_CHECK_SIZES")
+        .ok()
+        .and_then(|v| {
+            let (a, b) = v.split_once('-')?;
+            Some((a.parse().ok()?, b.parse().ok()?))
+        })
+        .unwrap_or((1, 64));
     let sizes: Vec<usize> = if all {
-        (1..=64).collect()
+        (lo..=hi).collect()
     } else {
         vec![1, 2, 3, 7, 16, 30, 31, 33, 63, 64]
     };
@@ -367,7 +375,17 @@ fn main() -> ExitCode {
     let problems = if std::env::var("GPU_BENCH_NO_CHECK").is_ok() {
         0
     } else {
-        check::<f64>(&solver) + check::<f32>(&solver)
+        // GPU_BENCH_CHECK_PREC=f64 or f32: that precision only.
+        let prec = std::env::var("GPU_BENCH_CHECK_PREC").unwrap_or_default();
+        (if prec != "f32" {
+            check::<f64>(&solver)
+        } else {
+            0
+        }) + (if prec != "f64" {
+            check::<f32>(&solver)
+        } else {
+            0
+        })
     };
     println!("correctness: {problems} problem variant(s)");
     if mode == "check" {
