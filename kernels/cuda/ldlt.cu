@@ -48,10 +48,10 @@ __host__ __device__ constexpr int w_row(int j) {
 // LDLT_CANDIDATE 1 turns on the set measured faster in round 5 (benches/RESULTS.md:
 // f64 n = 30 221 -> 236-238 M systems/s, n = 32 218 -> 272, n = 48 51 -> 63): layout 1
 // of W below where its argument holds, and LDLT_RD_END, LDLT_Y_PRED, LDLT_X_SHARED.
-// Off by default: the escalating GPU tests did not finish in that device call (its
-// L D L^T tests and the every-n check passed).
+// On since the final verification of this round, where every GPU solver test passed
+// with it (the escalating tests had not finished in round 5's own device call).
 #ifndef LDLT_CANDIDATE
-#define LDLT_CANDIDATE 0
+#define LDLT_CANDIDATE 1
 #endif
 // Layout of W (LDLT_WLAYOUT):
 //  0: row-major, row j at w_row(j), entry (j, k) at w_row(j) + k. The store of column
