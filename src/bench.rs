@@ -267,25 +267,67 @@ fn finish(args: &SolverBenchArgs, rows: &[SolverBenchRow]) -> Result<()> {
     Ok(())
 }
 
+/// Systems per family that the GPU benchmark uploads (and repeats on the device up to
+/// the batch): the paper family is generated, `basket29` captured from a CPU run.
+const GPU_FAMILY_SYSTEMS: usize = 4096;
+
 /// The GPU rows: every organisation of each selected strategy and the vendor routines,
-/// on the same generated matrices (random symmetric, strictly diagonally dominant),
-/// timed with device events (`cva_kernels::cuda::bench_solvers`).
+/// on the same matrices, timed with device events (`cva_kernels::cuda::bench_solvers`):
+/// first the generated random symmetric, strictly diagonally dominant systems
+/// (`diag-dominant`, sizes `--n`), then each `--family` (the paper's `Ξ_ρ` family for
+/// each `--n` and `--rho`, the `basket29` regression matrices captured in each
+/// precision), [`GPU_FAMILY_SYSTEMS`] distinct systems repeated up to the batch.
 fn gpu_rows(args: &SolverBenchArgs, strategies: &[Strategy]) -> Result<Vec<SolverBenchRow>> {
+    use cva_kernels::cuda::bench::HostSystems;
     use cva_kernels::cuda::{bench_solvers, BenchConfig, GpuBatchSolver};
     let solver = GpuBatchSolver::new(0).context("bench solvers --backend gpu")?;
-    let mut cfg = BenchConfig {
+    let base = BenchConfig {
         sizes: args.n.clone(),
         f32: args.precision.iter().any(|p| p == "f32"),
         f64: args.precision.iter().any(|p| p == "f64"),
         repeats: args.repeats.max(1),
+        max_batch: args.batch.unwrap_or(BenchConfig::default().max_batch),
         ..BenchConfig::default()
     };
-    if let Some(b) = args.batch {
-        cfg.max_batch = b;
-    }
-    let report = bench_solvers(&solver, &cfg).context("GPU benchmark")?;
-    for note in &report.notes {
-        eprintln!("note: {note}");
+    let mut configs = vec![base.clone()];
+    for family in &args.family {
+        match family.as_str() {
+            "paper" => {
+                for &rho in &args.rho {
+                    for &n in &args.n {
+                        let (a, b) =
+                            paper_family::<f64>(n, GPU_FAMILY_SYSTEMS, rho, 0x5eed + n as u64);
+                        configs.push(BenchConfig {
+                            systems: Some(HostSystems {
+                                family: format!("paper(rho={rho})"),
+                                n,
+                                a,
+                                b,
+                            }),
+                            ..base.clone()
+                        });
+                    }
+                }
+            }
+            "basket29" => {
+                for p in &args.precision {
+                    let (n, a, b) =
+                        capture_scenario_batch(&args.scenario, GPU_FAMILY_SYSTEMS, p == "f32")?;
+                    configs.push(BenchConfig {
+                        systems: Some(HostSystems {
+                            family: "basket29".into(),
+                            n,
+                            a,
+                            b,
+                        }),
+                        f32: p == "f32",
+                        f64: p == "f64",
+                        ..base.clone()
+                    });
+                }
+            }
+            other => bail!("unknown family `{other}` (paper or basket29)"),
+        }
     }
     let selected = |method: &str| {
         !method.starts_with("ldlt")
@@ -294,30 +336,39 @@ fn gpu_rows(args: &SolverBenchArgs, strategies: &[Strategy]) -> Result<Vec<Solve
             && !method.starts_with("escalating")
             || strategies.iter().any(|s| method.starts_with(s.name()))
     };
-    Ok(report
-        .rows
-        .iter()
-        .filter(|r| selected(&r.method))
-        .map(|r| SolverBenchRow {
-            backend: "gpu".into(),
-            device: report.device.clone(),
-            family: "diag-dominant".into(),
-            n: r.n,
-            batch: r.batch,
-            precision: r.precision.into(),
-            strategy: r.method.clone(),
-            nstar: r.nstar,
-            seconds: r.seconds,
-            systems_per_second: r.systems_per_s,
-            floor_systems_per_second: r.floor_systems_per_s,
-            max_residual: r.max_residual,
-            ldlt: 0,
-            householder_pcr: 0,
-            divide_conquer: 0,
-            failures: r.failures,
-            discarded_eigenvalues: 0,
-        })
-        .collect())
+    let mut rows = Vec::new();
+    for cfg in &configs {
+        let report = bench_solvers(&solver, cfg).context("GPU benchmark")?;
+        for note in &report.notes {
+            eprintln!("note: {note}");
+        }
+        rows.extend(
+            report
+                .rows
+                .iter()
+                .filter(|r| selected(&r.method))
+                .map(|r| SolverBenchRow {
+                    backend: "gpu".into(),
+                    device: report.device.clone(),
+                    family: r.family.clone(),
+                    n: r.n,
+                    batch: r.batch,
+                    precision: r.precision.into(),
+                    strategy: r.method.clone(),
+                    nstar: r.nstar,
+                    seconds: r.seconds,
+                    systems_per_second: r.systems_per_s,
+                    floor_systems_per_second: r.floor_systems_per_s,
+                    max_residual: r.max_residual,
+                    ldlt: r.methods[0],
+                    householder_pcr: r.methods[1],
+                    divide_conquer: r.methods[2],
+                    failures: r.failures,
+                    discarded_eigenvalues: r.discarded,
+                }),
+        );
+    }
+    Ok(rows)
 }
 
 fn print_row(r: &SolverBenchRow, header: bool) {

@@ -42,10 +42,26 @@ pub enum BenchVariant {
     Escalating,
 }
 
+/// Systems given by the caller instead of the generated diagonally dominant ones: `count`
+/// column-major `n x n` blocks in `a` (only the lower triangle is read) and `count`
+/// right-hand sides of length `n` in `b`, converted to the benchmark's precision and
+/// repeated on the device until the batch is full.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostSystems {
+    /// Name of the rows' family (`paper(rho=0.5)`, `basket29`, ...).
+    pub family: String,
+    pub n: usize,
+    pub a: Vec<f64>,
+    pub b: Vec<f64>,
+}
+
 /// What to measure.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BenchConfig {
+    /// Sizes of the generated systems (ignored when `systems` is given).
     pub sizes: Vec<usize>,
+    /// Measure on these systems instead of generated ones.
+    pub systems: Option<HostSystems>,
     pub f32: bool,
     pub f64: bool,
     /// Largest batch (systems per launch).
@@ -62,6 +78,7 @@ impl Default for BenchConfig {
     fn default() -> Self {
         Self {
             sizes: vec![4, 8, 16, 30, 32, 48, 64],
+            systems: None,
             f32: true,
             f64: true,
             max_batch: 1 << 20,
@@ -87,6 +104,8 @@ impl Default for BenchConfig {
 /// One measured line.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BenchRow {
+    /// `diag-dominant` (generated) or [`HostSystems::family`].
+    pub family: String,
     pub n: usize,
     /// `"f32"` or `"f64"`.
     pub precision: &'static str,
@@ -113,6 +132,11 @@ pub struct BenchRow {
     pub max_residual: f64,
     /// Systems not solved (status other than ok, or cuSOLVER `info != 0`).
     pub failures: usize,
+    /// Systems solved by L D L^T, Householder + PCR, divide and conquer (our kernels;
+    /// zero for the vendor rows).
+    pub methods: [usize; 3],
+    /// Eigenvalues discarded by the truncated solves (our kernels; zero for the vendor).
+    pub discarded: usize,
     /// Systems whose reported residual differs from the recomputed one.
     pub residual_mismatches: usize,
     pub registers: i32,
@@ -328,6 +352,47 @@ fn expand(
     out
 }
 
+/// Copies `h`'s systems, converted to `T`, into the first `count` slots of `a` and `b`
+/// and repeats them on the device until `batch` systems are filled.
+fn upload_repeated<T: GpuReal>(
+    solver: &GpuBatchSolver,
+    h: &HostSystems,
+    batch: usize,
+    a: &mut CudaSlice<T>,
+    b: &mut CudaSlice<T>,
+) -> Result<(), GpuError> {
+    let n = h.n;
+    let count = (h.b.len() / n.max(1)).min(batch);
+    if count == 0 || h.a.len() < count * n * n {
+        return Err(GpuError::Invalid(format!(
+            "{}: no complete {n} x {n} systems to benchmark",
+            h.family
+        )));
+    }
+    let stream = solver.stream();
+    let a_host: Vec<T> = h.a[..count * n * n]
+        .iter()
+        .map(|&v| T::from_f64(v))
+        .collect();
+    let b_host: Vec<T> = h.b[..count * n].iter().map(|&v| T::from_f64(v)).collect();
+    stream.memcpy_htod(&a_host, &mut a.slice_mut(0..count * n * n))?;
+    stream.memcpy_htod(&b_host, &mut b.slice_mut(0..count * n))?;
+    // Doubling copies: systems [0, filled) to [filled, 2 filled), until the batch is full.
+    let mut filled = count;
+    while filled < batch {
+        let len = filled.min(batch - filled);
+        let (src, mut dst) = a.split_at_mut(filled * n * n);
+        stream.memcpy_dtod(
+            &src.slice(0..len * n * n),
+            &mut dst.slice_mut(0..len * n * n),
+        )?;
+        let (src, mut dst) = b.split_at_mut(filled * n);
+        stream.memcpy_dtod(&src.slice(0..len * n), &mut dst.slice_mut(0..len * n))?;
+        filled += len;
+    }
+    Ok(())
+}
+
 fn bench_precision<T: GpuReal>(
     solver: &GpuBatchSolver,
     cfg: &BenchConfig,
@@ -344,8 +409,16 @@ fn bench_precision<T: GpuReal>(
         sys_stride: 0,
     })?;
     // Compile everything of this precision up front, in parallel.
+    let sizes = match &cfg.systems {
+        Some(h) => vec![h.n],
+        None => cfg.sizes.clone(),
+    };
+    let family = cfg
+        .systems
+        .as_ref()
+        .map_or_else(|| "diag-dominant".to_string(), |h| h.family.clone());
     let mut keys = Vec::new();
-    for &n in &cfg.sizes {
+    for &n in &sizes {
         for (strategy, options, _) in expand(&cfg.variants, n, eb) {
             keys.push(solver.kernel_key::<T>(n, strategy, &options)?.0);
         }
@@ -353,7 +426,7 @@ fn bench_precision<T: GpuReal>(
     solver.modules().precompile(&keys)?;
     let params = SolverParams::default();
 
-    for &n in &cfg.sizes {
+    for &n in &sizes {
         let by_memory = (cfg.max_matrix_bytes / (n * n * eb)).max(1);
         let batch = cfg.max_batch.min(1 << by_memory.ilog2());
         let a: CudaSlice<T> = stream.alloc_zeros(batch * n * n)?;
@@ -363,7 +436,9 @@ fn bench_precision<T: GpuReal>(
         let mut x: CudaSlice<T> = stream.alloc_zeros(batch * n)?;
         let mut rep: CudaSlice<GpuReport> = stream.alloc_zeros(batch)?;
         let mut check: CudaSlice<f64> = stream.alloc_zeros(batch)?;
-        {
+        if let Some(h) = &cfg.systems {
+            upload_repeated(solver, h, batch, &mut a, &mut b)?;
+        } else {
             let seed = cfg.seed ^ ((n as u64) << 32) ^ (u64::from(T::IS_F64) << 40);
             let (batch_arg, n_arg) = (batch as i64, n as i32);
             let mut l = stream.launch_builder(util.function("fill_spd"));
@@ -468,6 +543,14 @@ fn bench_precision<T: GpuReal>(
             stream.synchronize()?;
             let (max_residual, failures, residual_mismatches) =
                 verify(nb, &x, &mut check, Some(&rep))?;
+            let mut methods = [0usize; 3];
+            let mut discarded = 0;
+            for r in stream.clone_dtoh(&rep.slice(0..nb))? {
+                if r.status == 0 && (r.method & 0xff) < 3 {
+                    methods[(r.method & 0xff) as usize] += 1;
+                    discarded += (r.method >> 8) as usize;
+                }
+            }
             for _ in 0..cfg.warmup {
                 run(&mut x, &mut rep)?;
             }
@@ -478,6 +561,7 @@ fn bench_precision<T: GpuReal>(
             let seconds_min = times.iter().copied().fold(f64::INFINITY, f64::min);
             let seconds = median(&mut times);
             report.rows.push(BenchRow {
+                family: family.clone(),
                 n,
                 precision: T::NAME,
                 batch: nb,
@@ -491,6 +575,8 @@ fn bench_precision<T: GpuReal>(
                 floor_lower_systems_per_s: batch as f64 / floor_lower,
                 max_residual,
                 failures,
+                methods,
+                discarded,
                 residual_mismatches,
                 registers: info.registers,
                 local_bytes: info.local_bytes,
@@ -502,6 +588,7 @@ fn bench_precision<T: GpuReal>(
         if cfg.variants.contains(&BenchVariant::Cusolver) {
             match bench_cusolver::<T>(solver, cfg, n, batch, &a, &b, &mut x, &mut check, &verify) {
                 Ok((seconds, seconds_min, max_residual, failures)) => report.rows.push(BenchRow {
+                    family: family.clone(),
                     n,
                     precision: T::NAME,
                     batch,
@@ -515,6 +602,8 @@ fn bench_precision<T: GpuReal>(
                     floor_lower_systems_per_s: batch as f64 / floor_lower,
                     max_residual,
                     failures,
+                    methods: [0; 3],
+                    discarded: 0,
                     residual_mismatches: 0,
                     registers: 0,
                     local_bytes: 0,
@@ -529,6 +618,7 @@ fn bench_precision<T: GpuReal>(
             if n <= 32 {
                 match bench_syevj::<T>(solver, cfg, n, batch, &a) {
                     Ok((seconds, seconds_min, failures)) => report.rows.push(BenchRow {
+                        family: family.clone(),
                         n,
                         precision: T::NAME,
                         batch,
@@ -542,6 +632,8 @@ fn bench_precision<T: GpuReal>(
                         floor_lower_systems_per_s: batch as f64 / floor_lower,
                         max_residual: f64::NAN,
                         failures,
+                        methods: [0; 3],
+                        discarded: 0,
                         residual_mismatches: 0,
                         registers: 0,
                         local_bytes: 0,
