@@ -1,6 +1,6 @@
 // Build and run on the GPU machine (benches/RESULTS.md, round 4):
 //   nvcc -arch=sm_90 -O3 -fmad=false -prec-div=true -o rcp_check rcp_rn_fast_check.cu && ./rcp_check
-// Checks rcp_rn_fast (kernels/cuda/ldlt.cu, "shipped sequence" below) against IEEE
+// Checks rcp_rn_fast_f64 / _f32 (kernels/cuda/rcp.cu, used by kernels/cuda/ldlt.cu) against IEEE
 // 1 / x: f32 exhaustively over [2^-120, 2^120], f64 on 2^33 pseudo-random inputs over
 // [2^-1000, 2^1001), one in eight with a mantissa next to all zeros or all ones. Also
 // counts for a variant with a final rounding test (rcp64 / rcp32 below: the neighbour of
@@ -32,29 +32,16 @@ __device__ __forceinline__ float rcp32(float d) {
     const float h = (yn - y) * 0.5f;
     return fabsf(r) > fabsf(d * h) ? yn : y;
 }
-// The shipped sequences (kernels/cuda/ldlt.cu rcp_rn_fast).
-__device__ __forceinline__ double rcp64_nc(double d) {
-    double y;
-    asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(y) : "d"(d));
-    y = __hiloint2double(__double2hiint(y), __double2hiint(d) + 0x300402);
-    double e = fma(-d, y, 1.0);
-    e = fma(e, e, e);
-    y = fma(y, e, y);
-    e = fma(-d, y, 1.0);
-    return fma(y, e, y);
-}
-__device__ __forceinline__ float rcp32_nc(float d) {
-    float y;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(d));
-    return fmaf(y, fmaf(-d, y, 1.0f), y);
-}
+// The shipped sequences: rcp_rn_fast_f64 / _f32 of kernels/cuda/rcp.cu (what
+// kernels/cuda/ldlt.cu's rcp_rn_fast calls).
+#include "../kernels/cuda/rcp.cu"
 __global__ void k32(unsigned long long* bad, unsigned long long* bad_nc, unsigned lo, unsigned hi) {
     unsigned long long nb = 0, nnc = 0;
     for (unsigned long long u = lo + blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; u <= hi; u += (unsigned long long)gridDim.x * blockDim.x) {
         float d = __int_as_float((int)u);
         float q = 1.0f / d;
         if (__float_as_int(rcp32(d)) != __float_as_int(q)) nb++;
-        if (__float_as_int(rcp32_nc(d)) != __float_as_int(q)) nnc++;
+        if (__float_as_int(rcp_rn_fast_f32(d)) != __float_as_int(q)) nnc++;
     }
     atomicAdd(bad, nb); atomicAdd(bad_nc, nnc);
 }
@@ -73,7 +60,7 @@ __global__ void k64(unsigned long long* bad, unsigned long long* bad_nc, unsigne
         double d = __longlong_as_double((long long)(((unsigned long long)(ex + 1023) << 52) | mant));
         double q = 1.0 / d;
         if (__double_as_longlong(rcp64(d)) != __double_as_longlong(q)) nb++;
-        if (__double_as_longlong(rcp64_nc(d)) != __double_as_longlong(q)) nnc++;
+        if (__double_as_longlong(rcp_rn_fast_f64(d)) != __double_as_longlong(q)) nnc++;
     }
     atomicAdd(bad, nb); atomicAdd(bad_nc, nnc);
 }

@@ -185,46 +185,24 @@ __device__ __forceinline__ real add_mul(real acc, real p, real q) {
 #endif
 }
 
-// Correctly rounded 1 / d without the out-of-line slow path of IEEE division, for
-// pivots d in [2^-1000, 2^1001) (f64) or [2^-100, 2^101) (f32) (the caller checks the range once per system, from the
-// integer keys below, and redoes the factorization with true divisions otherwise).
-//  f64: the instruction sequence of the compiler's own rcp.rn.f64 (what (double)1 / d
-//       compiles to, IEEE round to nearest): MUFU.RCP64H approximation with the low
-//       word hi(d) + 0x300402, one cubic and one quadratic Newton step. That code
-//       leaves this path for its slow path only when the float whose bits are
-//       hi(d) + 0x300402 is below 2^-126 or not finite; for d in [2^-1000, 2^1001) its
-//       exponent field is (e + 3 or e + 4) >> 3 with e in [23, 2024], i.e. 3..253, so
-//       the result here is the compiler's correctly rounded 1 / d. 0 differences from
-//       (double)1 / d on 2^33 pseudo-random d of that range (benches/RESULTS.md, round 4).
-//  f32: MUFU.RCP approximation and one Newton step; equal to (float)1 / d for every
-//       float in [2^-120, 2^120] (exhaustive test on the H100, round 4).
-// The key of a pivot is its high word (f64) or its bits (f32): for d >= 0 it grows
-// with d, it is negative for d < 0 or -0, and at least RCP_KEY_INF for inf and NaN.
+// Correctly rounded 1 / d without the out-of-line slow path of IEEE division
+// (rcp_rn_fast_f64 / _f32 of rcp.cu, prepended to this file), for pivots d in
+// [2^-1000, 2^1001) (f64) or [2^-100, 2^101) (f32): the caller checks the range once per
+// system, from the integer keys below, and redoes the factorization with true divisions
+// otherwise. The key of a pivot is its high word (f64) or its bits (f32): for d >= 0 it
+// grows with d, it is negative for d < 0 or -0, and at least RCP_KEY_INF for inf and NaN.
 #if REAL_F64
 #define RCP_KEY_LO (23 << 20)            // hi(2^-1000)
 #define RCP_KEY_HI (2024 << 20)          // hi(2^1001)
 #define RCP_KEY_INF 0x7ff00000
 __device__ __forceinline__ int rcp_key(double d) { return __double2hiint(d); }
-__device__ __forceinline__ double rcp_rn_fast(double d) {
-    double y;
-    asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(y) : "d"(d));
-    y = __hiloint2double(__double2hiint(y), __double2hiint(d) + 0x300402);
-    double e = fma(-d, y, 1.0);
-    e = fma(e, e, e);
-    y = fma(y, e, y);
-    e = fma(-d, y, 1.0);
-    return fma(y, e, y);
-}
+__device__ __forceinline__ double rcp_rn_fast(double d) { return rcp_rn_fast_f64(d); }
 #else
 #define RCP_KEY_LO (27 << 23)            // bits of 2^-100
 #define RCP_KEY_HI (228 << 23)           // bits of 2^101
 #define RCP_KEY_INF 0x7f800000
 __device__ __forceinline__ int rcp_key(float d) { return __float_as_int(d); }
-__device__ __forceinline__ float rcp_rn_fast(float d) {
-    float y;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(d));
-    return fmaf(y, fmaf(-d, y, 1.0f), y);
-}
+__device__ __forceinline__ float rcp_rn_fast(float d) { return rcp_rn_fast_f32(d); }
 #endif
 
 // The residual pass of the group kernel: the relative residual of `group_residual`

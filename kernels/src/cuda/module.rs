@@ -13,6 +13,7 @@ use std::ffi::{c_char, CString};
 use std::sync::{Arc, Mutex};
 
 const COMMON_CU: &str = include_str!("../../cuda/common.cu");
+const RCP_CU: &str = include_str!("../../cuda/rcp.cu");
 const LDLT_CU: &str = include_str!("../../cuda/ldlt.cu");
 const HOUSEHOLDER_PCR_CU: &str = include_str!("../../cuda/householder_pcr.cu");
 const UTIL_CU: &str = include_str!("../../cuda/util.cu");
@@ -59,7 +60,9 @@ pub(crate) fn source_file(name: &str, embedded: &'static str) -> String {
 impl KernelFamily {
     fn source(self) -> String {
         match self {
-            KernelFamily::LdltGroup | KernelFamily::LdltSimd => source_file("ldlt.cu", LDLT_CU),
+            KernelFamily::LdltGroup | KernelFamily::LdltSimd => {
+                source_file("rcp.cu", RCP_CU) + &source_file("ldlt.cu", LDLT_CU)
+            }
             KernelFamily::HouseholderPcr => source_file("householder_pcr.cu", HOUSEHOLDER_PCR_CU),
             KernelFamily::Util => source_file("util.cu", UTIL_CU),
             KernelFamily::DivideConquer => {
