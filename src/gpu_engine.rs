@@ -16,13 +16,15 @@
 //! solver statistics reduced on the device, and the exercise update (fallback means and
 //! the next step's `y` fused in); finally the value at `t_k` (continuation or exercise
 //! along the outer path) added to the netted values, which stay on the device. Nothing
-//! crosses the bus per regression step: once per exposure date the steps' counts come
+//! crosses the bus per regression step (but the escalating solver's reads of its list
+//! lengths, see `GpuBatchSolver`): once per exposure date the steps' counts come
 //! back (for the memory rule and `solver_stats.parquet`), once per chunk the residuals
 //! (for the residual quantiles of `solver_stats.parquet`), and at the end the exposure
 //! statistics are reduced on the device ([`estimate_on_device`]) and only the profile
 //! comes back.
 //!
-//! Arithmetic follows the CPU engine (same sums in the same order, no FMA); states
+//! Arithmetic follows the CPU engine (same sums in the same order, no FMA; the solver
+//! kernels use FMA and agree with the CPU's solutions to rounding); states
 //! differ from the CPU's by an ulp or two through CUDA's `exp`, `log`, `sin`, `cos`,
 //! which can flip a rare exercise decision or solver branch: results agree with the
 //! CPU's to far below the Monte Carlo error, not bitwise. The exposure statistics sum
