@@ -44,6 +44,17 @@ struct GpuReport {
 
 __device__ __forceinline__ bool finite(real v) { return fabs(v) <= REAL_MAX; }
 
+// Writes the report of system `sys`: the residual (NaN where there is no solution), the
+// method and the status.
+__device__ __forceinline__ void store_report(GpuReport* __restrict__ rep, long long sys, bool no_solution,
+                                             double res, unsigned method, unsigned status) {
+    GpuReport rp;
+    rp.residual = no_solution ? __longlong_as_double(0x7ff8000000000000ULL) : res;
+    rp.method = method;
+    rp.status = status;
+    rep[sys] = rp;
+}
+
 #ifdef N
 // Column-major packed lower triangle: column c starts at packed_col(c); entry
 // (r, c), r >= c, is at packed_col(c) + r - c.
@@ -69,6 +80,17 @@ constexpr int GW = NSTAR > 32 ? 64 : next_pow2(NSTAR);
 constexpr int SPW = GW >= 32 ? 1 : 32 / GW;
 __host__ __device__ constexpr int row_min(int s) { return s * NSTAR; }
 __host__ __device__ constexpr int row_max(int s) { return (s * NSTAR + NSTAR - 1) < (N - 1) ? (s * NSTAR + NSTAR - 1) : (N - 1); }
+
+// Thread t of a group writes its rows of x (NaN where there is no solution) into
+// X[sys * N ..], streaming stores.
+__device__ __forceinline__ void store_group_solution(real* __restrict__ X, long long sys, int t,
+                                                     const real (&x)[R], bool no_solution) {
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+        int i = t + s * NSTAR;
+        if (t < NSTAR && i < N) __stcs(X + sys * N + i, no_solution ? real_nan() : x[s]);
+    }
+}
 
 __device__ __forceinline__ void group_sync() {
 #if NSTAR > 32

@@ -316,18 +316,8 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
                     : isnan(res) ? STATUS_FAILED : STATUS_OK;
     if (active) {
         const bool no_solution = bad || breakdown;
-#pragma unroll
-        for (int s = 0; s < R; ++s) {
-            int r = g.t + s * NSTAR;
-            if (g.t < NSTAR && r < N) __stcs(X + sys * N + r, no_solution ? real_nan() : x[s]);
-        }
-        if (g.t == 0) {
-            GpuReport rp;
-            rp.residual = no_solution ? __longlong_as_double(0x7ff8000000000000ULL) : res;
-            rp.method = METHOD_HOUSEHOLDER_PCR;
-            rp.status = status;
-            rep[sys] = rp;
-        }
+        store_group_solution(X, sys, g.t, x, no_solution);
+        if (g.t == 0) store_report(rep, sys, no_solution, res, METHOD_HOUSEHOLDER_PCR, status);
     }
     // Everyone is done with this buffer before the next iteration refills it.
     group_sync();

@@ -732,18 +732,8 @@ ENTRY(ldlt_group)(const real* __restrict__ A, const real* __restrict__ B, real* 
         }
         if (active) {
             const bool no_solution = status == STATUS_NON_FINITE_INPUT || status == STATUS_NOT_POSITIVE_DEFINITE;
-#pragma unroll
-            for (int s = 0; s < R; ++s) {
-                int i = g.t + s * NSTAR;
-                if (g.t < NSTAR && i < N) __stcs(X + sys * N + i, no_solution ? real_nan() : x[s]);
-            }
-            if (g.t == 0) {
-                GpuReport rp;
-                rp.residual = no_solution ? __longlong_as_double(0x7ff8000000000000ULL) : res;
-                rp.method = METHOD_LDLT;
-                rp.status = status;
-                rep[sys] = rp;
-            }
+            store_group_solution(X, sys, g.t, x, no_solution);
+            if (g.t == 0) store_report(rep, sys, no_solution, res, METHOD_LDLT, status);
         }
         // Everyone is done with this buffer before the next iteration refills it.
         group_sync();
@@ -835,11 +825,7 @@ extern "C" __global__ void ENTRY(ldlt_simd)(const real* __restrict__ A, const re
     if (active) {
         const bool no_solution = status == STATUS_NON_FINITE_INPUT || status == STATUS_NOT_POSITIVE_DEFINITE;
         for (int i = 0; i < N; ++i) X[sys * N + i] = no_solution ? real_nan() : SV(i);
-        GpuReport rp;
-        rp.residual = no_solution ? __longlong_as_double(0x7ff8000000000000ULL) : res;
-        rp.method = METHOD_LDLT;
-        rp.status = status;
-        rep[sys] = rp;
+        store_report(rep, sys, no_solution, res, METHOD_LDLT, status);
     }
 #undef SA
 #undef SV
