@@ -5,9 +5,10 @@
 // independent).
 //
 // Level 0 runs the L D L^T kernel of ldlt.cu; with the group organisation that kernel
-// already settles the systems whose residual, growth and Gershgorin certificate pass
-// (and those with non-finite input) and lists the others, and ldlt_check visits only
-// that list; otherwise ldlt_check visits every system. It decides per system, as
+// already settles the systems whose residual and growth pass and whose own pivot ratio
+// min_j D_jj / A_jj is at least 4 / thr + 128 n eps (and those with non-finite input),
+// and lists the others, and ldlt_check visits only that list; otherwise ldlt_check
+// visits every system. It decides per system, as
 // solve_one does after its L D L^T:
 //  * status non-finite input: final.
 //  * status not positive definite: the first non-positive pivot (index, value) is

@@ -208,19 +208,20 @@ __device__ __forceinline__ float rcp_rn_fast(float d) { return rcp_rn_fast_f32(d
 // The residual pass of the group kernel: the relative residual of `group_residual`
 // (same arithmetic), the finiteness of A folded in (a row sum of |A| that is not finite
 // sends its row through an exact per-entry check; every lower-triangle entry lies in
-// some row), and with ESC the two other numbers of `residual_check_warp`
-// (cuda/stedc.cu, kernels/src/batch/residual.rs) in its arithmetic: the equilibrated
-// solution growth, and the smallest Gershgorin lower bound of S A S (-1 if some
-// a_ii <= 0), min_r (s_r a_rr s_r - (sum_c |s_r a_rc s_c| - s_r a_rr s_r)).
+// some row), and with ESC the equilibrated solution growth of `residual_check_warp`
+// (cuda/stedc.cu, kernels/src/batch/residual.rs) in its arithmetic, and the largest
+// A_jj / D_jj of the system (v.q of each thread reduced; REAL_MAX if some a_jj <= 0),
+// the inverse of the pivot ratio min_j D_jj / A_jj of `solve_one`.
 // ssc: N reals of shared scratch (the equilibration). Sets *bad if A is not finite.
 struct RowVals {
     real b[R];
     real x[R];
+    real q;  // ESC: max over the owned rows of A_ii * (1 / D_ii); 0 without rows
 };
 struct ResidualOut {
     double res;
     double growth;
-    real gersh;
+    real inv_ratio;
     bool bad;
 };
 template <bool ESC>
@@ -231,7 +232,7 @@ __device__ __forceinline__ ResidualOut ldlt_residual(const real* sA, const real*
     ResidualOut out;
     out.bad = false;
     out.growth = 0;
-    out.gersh = 0;
+    out.inv_ratio = 0;
     real sr_own[R];
 #pragma unroll
     for (int s = 0; s < R; ++s) sr_own[s] = 1;
@@ -251,7 +252,7 @@ __device__ __forceinline__ ResidualOut ldlt_residual(const real* sA, const real*
         group_sync();
     }
     real r_max = 0, a_max = 0, x_max = 0, b_max = 0;
-    real sa_max = 0, sx_max = 0, sb_max = 0, lo_min = REAL_MAX;
+    real sa_max = 0, sx_max = 0, sb_max = 0;
     bool nan_row = false;
 #pragma unroll
     for (int s = 0; s < R; ++s) {
@@ -285,17 +286,15 @@ __device__ __forceinline__ ResidualOut ldlt_residual(const real* sA, const real*
                 sa_max = fmax(sa_max, srow);
                 sx_max = fmax(sx_max, fabs(x[s] / sr));
                 sb_max = fmax(sb_max, fabs(sr * b[s]));
-                const real dterm = sr * sA[oi] * sr;
-                lo_min = fmin(lo_min, dterm - (srow - dterm));
             }
         }
     }
     bool any_nan = group_any(nan_row, g, iscratch);
     group_max4(r_max, a_max, x_max, b_max, scratch);
     if (ESC) {
-        real neg_lo = nonpos ? (real)REAL_MAX : -lo_min;
-        group_max4(sa_max, sx_max, sb_max, neg_lo, scratch);
-        out.gersh = -neg_lo;
+        real q = nonpos ? (real)REAL_MAX : v.q;
+        group_max4(sa_max, sx_max, sb_max, q, scratch);
+        out.inv_ratio = q;
         const double sax = (double)sa_max * (double)sx_max;
         out.growth = any_nan ? __longlong_as_double(0x7ff8000000000000ULL) : (sax == 0.0 ? 0.0 : sax / (double)sb_max);
     }
@@ -704,30 +703,40 @@ ENTRY(ldlt_group)(const real* __restrict__ A, const real* __restrict__ B, real* 
         cp_async_commit();
 
         RowVals rv;
+        rv.q = 0;
 #pragma unroll
         for (int s = 0; s < R; ++s) {
             rv.b[s] = b[s];
             rv.x[s] = x[s];
+            const int i = g.t + s * NSTAR;
+            // A_ii / D_ii of the owned rows (the pivot ratio's inverse; NaN pivots are
+            // not positive definite, so fmax dropping a NaN loses nothing).
+            if (esc && g.t < NSTAR && i < N) rv.q = fmax(rv.q, sA[packed_col(i)] * rd[s]);
         }
         const ResidualOut ro = esc ? ldlt_residual_esc(sA, sx, sy, rv, g, red_scratch, iscratch)
                                    : ldlt_residual<false>(sA, sx, sy, rv, g, red_scratch, iscratch);
         const double res = ro.res, growth = ro.growth;
-        const real gersh = ro.gersh;
+        const double inv_ratio = (double)ro.inv_ratio;
         bad = group_any(bad || ro.bad, g, iscratch);
         unsigned status = bad ? STATUS_NON_FINITE_INPUT
                         : not_pd ? STATUS_NOT_POSITIVE_DEFINITE
                         : isnan(res) ? STATUS_FAILED : STATUS_OK;
         if (esc && active && g.t == 0) {
-            // What ldlt_check (cuda/escalate.cu) would decide without recomputing the
-            // pivots: final if the input is not finite, or if the residual and the
-            // equilibrated growth pass and the Gershgorin discs of S A S prove the pivot
-            // ratio above 1 / thr (the certificate of ldlt_check with twice its rounding
-            // allowance, so that passing here implies passing there). Any other system
-            // is deferred to ldlt_check, which decides it exactly as before.
+            // What solve_one decides after its L D L^T, settled here when the decision
+            // does not hang on rounding: final if the input is not finite, or if the
+            // residual and the equilibrated growth pass and this kernel's own pivot
+            // ratio min_j D_jj / A_jj is at least 4 / thr + 128 n eps. Its pivots come
+            // from another summation order than the CPU's, so a ratio near 1 / thr
+            // could fall on the other side there; this margin makes that need the two
+            // orders to disagree by more than 3 / thr + 128 n eps, which is not proved
+            // (the difference grows with the conditioning of the leading blocks): the
+            // GPU tests count the systems whose level differs from the CPU's. Any other
+            // system is deferred to ldlt_check, which recomputes the pivots in the
+            // CPU's order and decides as the CPU does.
             const double margin = 4.0 / thr + 128.0 * N * (double)LDLT_EPS;
             const bool final_here = status == STATUS_NON_FINITE_INPUT ||
                                     (status == STATUS_OK && res <= tol && growth <= thr && !(thr < 1.0) &&
-                                     (double)gersh >= margin);
+                                     inv_ratio * margin <= 1.0);
             if (!final_here) defer[atomicAdd(&counters[2], 1u)] = (unsigned)sys;
         }
         if (active) {

@@ -461,8 +461,8 @@ impl GpuBatchSolver {
     /// Escalating solve on the device (the logic of `solve_one`, see
     /// [`Strategy::Escalating`]): starting at `options.start`, `L D L^T` on every
     /// system (the kernel of [`Strategy::Ldlt`]; the group organisation settles in the
-    /// same pass the systems whose residual, growth and Gershgorin certificate pass and
-    /// lists the others), then `ldlt_check` computes the residual, the equilibrated
+    /// same pass the systems whose residual and growth pass and whose own pivot ratio
+    /// is at least `4 / threshold + 128 n eps`, and lists the others), then `ldlt_check` computes the residual, the equilibrated
     /// growth and the pivot ratio of the remaining systems and appends those that need
     /// the next level to two index lists (atomic compaction); the
     /// Householder + PCR candidates are gathered (chunks of at most 2^16 systems) and
