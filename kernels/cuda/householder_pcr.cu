@@ -33,7 +33,38 @@ __device__ __forceinline__ real hh_add_mul(real acc, real p, real q) {
 #endif
 }
 
+// HH_RED1 1: reductions of a single value shuffle that value only (the norm of the
+// column below the subdiagonal, the reflector dot products of x = Q z); 0: they ride
+// as the first of a pair with an unused second (twice the shuffles).
+#ifndef HH_RED1
+#define HH_RED1 1
+#endif
+// HH_SQRT1 1: beta = -sign(alpha) sqrt(alpha^2 + ||x||^2), one square root, as the CPU
+// reference (`reduce_row`: g = sqrt(sigma + f f)); 0: sqrt of ||x||^2, then hypot.
+#ifndef HH_SQRT1
+#define HH_SQRT1 1
+#endif
+// HH_MINB: minimum resident blocks per SM asked of the compiler (0: none).
+#ifndef HH_MINB
+#define HH_MINB 0
+#endif
+
+// Sum over the group's threads of one value.
+__device__ __forceinline__ void hh_group_sum1(real& a, real* scratch) {
+#if HH_RED1 && NSTAR <= 32
+#pragma unroll
+    for (int off = GW / 2; off >= 1; off >>= 1) a += __shfl_xor_sync(0xffffffffu, a, off);
+#else
+    real unused = 0;
+    group_sum2(a, unused, scratch);
+#endif
+}
+
+#if HH_MINB > 0
+extern "C" __global__ void __launch_bounds__(NSTAR > 32 ? 64 : 128, HH_MINB)
+#else
 extern "C" __global__ void __launch_bounds__(NSTAR > 32 ? 64 : 128)
+#endif
 ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, real* __restrict__ X,
                        GpuReport* __restrict__ rep, long long batch) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -127,17 +158,20 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
 #else
         // alpha = A(i+1, i) lives in one known thread: a broadcast, not a reduction.
         alpha = group_bcast(a[(i + 1) / NSTAR][i], g, (i + 1) % NSTAR);
-        {
-            real unused = 0;
-            group_sum2(xs, unused, red_scratch);
-        }
+        hh_group_sum1(xs, red_scratch);
 #endif
         // dlarfg: beta = -sign(alpha) ||(alpha, x)||, tau = (beta - alpha) / beta,
         // v = (1, x / (alpha - beta)). A column whose x underflows is skipped (tau = 0).
-        const real xnorm = sqrt(xs);
         real tau = 0, beta = alpha, scal = 0;
+#if HH_SQRT1
+        // sqrt(xs) >= REAL_MIN_POSITIVE for every xs > 0 (even the least subnormal).
+        if (xs > (real)0) {
+            beta = -copysign(sqrt(hh_add_mul(xs, alpha, alpha)), alpha);
+#else
+        const real xnorm = sqrt(xs);
         if (xnorm >= REAL_MIN_POSITIVE) {
             beta = -copysign(hypot(alpha, xnorm), alpha);
+#endif
             tau = (beta - alpha) / beta;
             scal = (real)1 / (alpha - beta);
         }
@@ -287,13 +321,13 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
 #pragma unroll
     for (int i = N - 2; i >= 0; --i) {
         const real tau = stau[i];
-        real dot = 0, unused = 0;
+        real dot = 0;
 #pragma unroll
         for (int s = 0; s < R; ++s) {
             int r = g.t + s * NSTAR;
             if (row_max(s) >= i + 1 && g.t < NSTAR && r < N && r >= i + 1) dot = hh_add_mul(dot, a[s][i], x[s]);
         }
-        group_sum2(dot, unused, red_scratch);
+        hh_group_sum1(dot, red_scratch);
         const real f = tau * dot;
 #pragma unroll
         for (int s = 0; s < R; ++s) {
