@@ -36,6 +36,53 @@
 #define REAL_EPS 1.1920928955078125e-07f
 #endif
 
+// Code-shape switches (no arithmetic operation or its order depends on them): `#pragma
+// unroll 4` on the Householder p = A w and rank-2 update loops (DC_UNROLL_HH), on x = Q v
+// (DC_UNROLL_QV), on the pole loop of the secular evaluation (DC_UNROLL_SEC), on the
+// Gu-Eisenstat product and W columns (DC_UNROLL_GW); sec_evaluate out of line
+// (DC_NOINLINE_EVAL). Chosen per precision by timing (benches/RESULTS.md, rounds 3-4);
+// a source loaded through CVA_CUDA_SOURCE_DIR may define them first.
+#ifndef DC_UNROLL_HH
+#if REAL_F64
+#define DC_UNROLL_HH 0
+#define DC_UNROLL_QV 0
+#define DC_UNROLL_SEC 0
+#define DC_UNROLL_GW 0
+#define DC_NOINLINE_EVAL 0
+#else
+#define DC_UNROLL_HH 1
+#define DC_UNROLL_QV 1
+#define DC_UNROLL_SEC 1
+#define DC_UNROLL_GW 1
+#define DC_NOINLINE_EVAL 1
+#endif
+#endif
+#if DC_UNROLL_HH
+#define UNROLL_HH _Pragma("unroll 4")
+#else
+#define UNROLL_HH
+#endif
+#if DC_UNROLL_QV
+#define UNROLL_QV _Pragma("unroll 4")
+#else
+#define UNROLL_QV
+#endif
+#if DC_UNROLL_SEC
+#define UNROLL_SEC _Pragma("unroll 4")
+#else
+#define UNROLL_SEC
+#endif
+#if DC_UNROLL_GW
+#define UNROLL_GW _Pragma("unroll 4")
+#else
+#define UNROLL_GW
+#endif
+#if DC_NOINLINE_EVAL
+#define EVAL_INLINE __noinline__
+#else
+#define EVAL_INLINE
+#endif
+
 #define SECULAR_MAX_ITERATIONS 30
 #define MODEL_ITERATIONS 8
 #define FULL_MASK 0xffffffffu
@@ -239,6 +286,7 @@ __device__ void householder_tridiagonalize(real* a, real* d, real* e, real* qv, 
             const int r = lane + 32 * s;
             p[s] = 0;
             if (r < i) {
+                UNROLL_HH
                 for (int c = 0; c < i; ++c) p[s] += a[r + c * LD] * a[c + i * LD];
             }
             kk += w[s] * p[s];
@@ -257,6 +305,7 @@ __device__ void householder_tridiagonalize(real* a, real* d, real* e, real* qv, 
         for (int s = 0; s < SLOTS; ++s) {
             const int r = lane + 32 * s;
             if (r < i) {
+                UNROLL_HH
                 for (int c = 0; c < i; ++c) a[r + c * LD] -= q[s] * a[i + c * LD] + u[s] * qv[c];
             }
         }
@@ -313,6 +362,7 @@ __device__ void save_reflectors(const real* a, Reflectors& h, int lane) {
 
 // apply_q with the reflectors from `h` (same operations in the same order).
 __device__ void apply_q_saved(const Reflectors& h, real (&y)[SLOTS], bool transpose, int lane) {
+    UNROLL_QV
     for (int step = 0; step < N - 2; ++step) {
         const int i = transpose ? N - 1 - step : 2 + step;
         real dot = 0;
@@ -370,10 +420,11 @@ struct Evaluation {
 
 // f at lambda = d[origin] + tau with the derivative groups of model_root; one division
 // per pole (the reciprocal of d_j - lambda).
-__device__ Evaluation sec_evaluate(const real* d, const real* z, int k, real rhoinv, int origin, int a, real tau) {
+__device__ EVAL_INLINE Evaluation sec_evaluate(const real* d, const real* z, int k, real rhoinv, int origin, int a, real tau) {
     real f = rhoinv, d_left = 0, d2_left = 0, d_a = 0, d_b = 0, d_right = 0, d2_right = 0, abs_sum = 0;
     real delta_a = 0, delta_b = 0;
     const real d_origin = d[origin];
+    UNROLL_SEC
     for (int j = 0; j < k; ++j) {
         const real dj = (d[j] - d_origin) - tau;
         const real inv = (real)1 / dj;
@@ -945,6 +996,7 @@ __device__ bool merge_level(int depth, real* d, const real* e, Ws& ws, const int
         const real* dkf = ws.dk + f;
         const real dl = dkf[l];
         real prod = (dl - dkf[ws.sorg[i]]) - ws.stau[i];
+        UNROLL_GW
         for (int j = 0; j < k; ++j) {
             if (j == l) continue;
             const real delta = (dl - dkf[ws.sorg[f + j]]) - ws.stau[f + j];
@@ -968,12 +1020,14 @@ __device__ bool merge_level(int depth, real* d, const real* e, Ws& ws, const int
                 const real* dkf = ws.dk + f;
                 const real dorg = dkf[ws.sorg[i]], tau = ws.stau[i];
                 real vmax = 0;
+                UNROLL_GW
                 for (int l = 0; l < k; ++l) {
                     const real x = ws.zh[f + l] / ((dkf[l] - dorg) - tau);
                     wc[l * LD] = x;
                     vmax = fmax(vmax, fabs(x));
                 }
                 real norm2 = 0;
+                UNROLL_GW
                 for (int l = 0; l < k; ++l) {
                     const real x = wc[l * LD] / vmax;
                     wc[l * LD] = x;
