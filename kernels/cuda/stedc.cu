@@ -36,6 +36,65 @@
 #define REAL_EPS 1.1920928955078125e-07f
 #endif
 
+// Code-shape switches (no arithmetic operation or its order depends on them): `#pragma
+// unroll 4` on the Householder p = A w and rank-2 update loops (DC_UNROLL_HH), on x = Q v
+// (DC_UNROLL_QV), on the pole loop of the secular evaluation (DC_UNROLL_SEC), on the
+// Gu-Eisenstat product and W columns (DC_UNROLL_GW); sec_evaluate out of line
+// (DC_NOINLINE_EVAL). Chosen per precision by timing (benches/RESULTS.md, rounds 3-4);
+// a source loaded through CVA_CUDA_SOURCE_DIR may define them first.
+#ifndef DC_UNROLL_HH
+#if REAL_F64
+#define DC_UNROLL_HH 0
+#define DC_UNROLL_QV 0
+#define DC_UNROLL_SEC 0
+#define DC_UNROLL_GW 0
+#define DC_NOINLINE_EVAL 0
+#else
+#define DC_UNROLL_HH 1
+#define DC_UNROLL_QV 1
+#define DC_UNROLL_SEC 1
+#define DC_UNROLL_GW 1
+#define DC_NOINLINE_EVAL 1
+#endif
+#endif
+#if DC_UNROLL_HH
+#define UNROLL_HH _Pragma("unroll 4")
+#else
+#define UNROLL_HH
+#endif
+#if DC_UNROLL_QV
+#define UNROLL_QV _Pragma("unroll 4")
+#else
+#define UNROLL_QV
+#endif
+#if DC_UNROLL_SEC
+#define UNROLL_SEC _Pragma("unroll 4")
+#else
+#define UNROLL_SEC
+#endif
+#if DC_UNROLL_GW
+#define UNROLL_GW _Pragma("unroll 4")
+#else
+#define UNROLL_GW
+#endif
+#if DC_NOINLINE_EVAL
+#define EVAL_INLINE __noinline__
+#else
+#define EVAL_INLINE
+#endif
+
+// DC_W_REGS: the merges keep column j of W in registers of lane j and form Z = Q W in
+// place, row chunk by row chunk, so W needs no matrix in shared memory (one N x LD
+// matrix per system instead of two: at n = 30 f64 16 systems per SM instead of 12).
+// Same operations in the same order as the shared-memory W. Taken where it measured
+// faster (benches/RESULTS.md, round 4): f64, 16 < N <= 32 (n = 16 f64 and n = 30 f32
+// were slower with it: larger code, fewer registers free). dc_shared_bytes in
+// kernels/src/cuda/solver.rs makes the same choice.
+#define DC_W_REGS (REAL_F64 && N > 16 && N <= 32)
+#ifndef DC_ROW_CHUNK
+#define DC_ROW_CHUNK 4
+#endif
+
 #define SECULAR_MAX_ITERATIONS 30
 #define MODEL_ITERATIONS 8
 #define FULL_MASK 0xffffffffu
@@ -239,6 +298,7 @@ __device__ void householder_tridiagonalize(real* a, real* d, real* e, real* qv, 
             const int r = lane + 32 * s;
             p[s] = 0;
             if (r < i) {
+                UNROLL_HH
                 for (int c = 0; c < i; ++c) p[s] += a[r + c * LD] * a[c + i * LD];
             }
             kk += w[s] * p[s];
@@ -257,6 +317,7 @@ __device__ void householder_tridiagonalize(real* a, real* d, real* e, real* qv, 
         for (int s = 0; s < SLOTS; ++s) {
             const int r = lane + 32 * s;
             if (r < i) {
+                UNROLL_HH
                 for (int c = 0; c < i; ++c) a[r + c * LD] -= q[s] * a[i + c * LD] + u[s] * qv[c];
             }
         }
@@ -313,6 +374,7 @@ __device__ void save_reflectors(const real* a, Reflectors& h, int lane) {
 
 // apply_q with the reflectors from `h` (same operations in the same order).
 __device__ void apply_q_saved(const Reflectors& h, real (&y)[SLOTS], bool transpose, int lane) {
+    UNROLL_QV
     for (int step = 0; step < N - 2; ++step) {
         const int i = transpose ? N - 1 - step : 2 + step;
         real dot = 0;
@@ -370,10 +432,11 @@ struct Evaluation {
 
 // f at lambda = d[origin] + tau with the derivative groups of model_root; one division
 // per pole (the reciprocal of d_j - lambda).
-__device__ Evaluation sec_evaluate(const real* d, const real* z, int k, real rhoinv, int origin, int a, real tau) {
+__device__ EVAL_INLINE Evaluation sec_evaluate(const real* d, const real* z, int k, real rhoinv, int origin, int a, real tau) {
     real f = rhoinv, d_left = 0, d2_left = 0, d_a = 0, d_b = 0, d_right = 0, d2_right = 0, abs_sum = 0;
     real delta_a = 0, delta_b = 0;
     const real d_origin = d[origin];
+    UNROLL_SEC
     for (int j = 0; j < k; ++j) {
         const real dj = (d[j] - d_origin) - tau;
         const real inv = (real)1 / dj;
@@ -716,6 +779,87 @@ __device__ void zw_product(Ws& ws, const bool (&act)[SLOTS], const int (&nf)[SLO
     }
 }
 
+#if DC_W_REGS
+// DC_W_REGS: column j of W (lane f + j, j < k) in registers, then Z(rows of the node, its
+// columns) = [Q_kept W, Q_deflated] placed by rnk, DC_ROW_CHUNK rows at a time (row r of
+// the new Z depends on row r of Q only, so it is written over Q after a warp barrier).
+// JB >= node length. The values and their order are those of the W columns and
+// zw_product above: W entry, scaling by vmax, by 1 / sqrt(norm2); acc over l ascending.
+template <int JB>
+__device__ void w_product_regs(Ws& ws, const bool (&act)[SLOTS], const int (&nf)[SLOTS], const int (&nl)[SLOTS],
+                               const int (&kk)[SLOTS], int lmax, int lane) {
+    static_assert(SLOTS == 1, "DC_W_REGS needs N <= 32");
+    real* z = ws.z;
+    const int i = lane;
+    const bool on = act[0];
+    const int f = nf[0], len = nl[0], k = kk[0], j = i - f;
+    real wcol[JB];
+#pragma unroll
+    for (int l = 0; l < JB; ++l) wcol[l] = 0;
+    if (on && j < k) {
+        if (k == 1) {
+            wcol[0] = 1;
+        } else {
+            const real* dkf = ws.dk + f;
+            const real dorg = dkf[ws.sorg[i]], tau = ws.stau[i];
+            real vmax = 0;
+#pragma unroll
+            for (int l = 0; l < JB; ++l) {
+                if (l < k) {
+                    const real x = ws.zh[f + l] / ((dkf[l] - dorg) - tau);
+                    wcol[l] = x;
+                    vmax = fmax(vmax, fabs(x));
+                }
+            }
+            real norm2 = 0;
+#pragma unroll
+            for (int l = 0; l < JB; ++l) {
+                if (l < k) {
+                    const real x = wcol[l] / vmax;
+                    wcol[l] = x;
+                    norm2 += x * x;
+                }
+            }
+            const real inv = (real)1 / sqrt(norm2);
+#pragma unroll
+            for (int l = 0; l < JB; ++l)
+                if (l < k) wcol[l] *= inv;
+        }
+    }
+    // Column of the new Z written by this lane, source column of a deflated one.
+    const int dst = on && j < len ? f + ws.rnk[i] : 0;
+    const int srcc = on && j >= k && j < len ? ws.col[i] : 0;
+    const int* col = ws.col + f;
+    for (int t0 = 0; t0 < lmax; t0 += DC_ROW_CHUNK) {
+        real acc[DC_ROW_CHUNK];
+#pragma unroll
+        for (int t = 0; t < DC_ROW_CHUNK; ++t) {
+            acc[t] = 0;
+            if (on && j >= k && j < len && t0 + t < len) acc[t] = z[(f + t0 + t) + srcc * LD];
+        }
+        if (on && j < k) {
+#pragma unroll
+            for (int l = 0; l < JB; ++l) {
+                if (l < k) {
+                    const real* qc = z + f + t0 + col[l] * LD;
+                    const real wl = wcol[l];
+#pragma unroll
+                    for (int t = 0; t < DC_ROW_CHUNK; ++t)
+                        if (t0 + t < len) acc[t] += qc[t] * wl;
+                }
+            }
+        }
+        __syncwarp();
+        if (on && j < len) {
+#pragma unroll
+            for (int t = 0; t < DC_ROW_CHUNK; ++t)
+                if (t0 + t < len) z[(f + t0 + t) + dst * LD] = acc[t];
+        }
+        __syncwarp();
+    }
+}
+#endif
+
 // Merges every node of depth `depth` (length > 2) from its children (divide_conquer.rs
 // merge). bs, bsz: the unreduced block of each slot's row. False if a secular equation
 // did not converge or gave a non-finite root.
@@ -945,6 +1089,7 @@ __device__ bool merge_level(int depth, real* d, const real* e, Ws& ws, const int
         const real* dkf = ws.dk + f;
         const real dl = dkf[l];
         real prod = (dl - dkf[ws.sorg[i]]) - ws.stau[i];
+        UNROLL_GW
         for (int j = 0; j < k; ++j) {
             if (j == l) continue;
             const real delta = (dl - dkf[ws.sorg[f + j]]) - ws.stau[f + j];
@@ -960,7 +1105,7 @@ __device__ bool merge_level(int depth, real* d, const real* e, Ws& ws, const int
         if (!act[s]) continue;
         const int i = lane + 32 * s;
         const int f = nf[s], j = i - f, k = kk[s];
-        if (j < k) {
+        if (!DC_W_REGS && j < k) {
             real* wc = ws.w + i + f * LD;
             if (k == 1) {
                 wc[0] = 1;
@@ -968,12 +1113,14 @@ __device__ bool merge_level(int depth, real* d, const real* e, Ws& ws, const int
                 const real* dkf = ws.dk + f;
                 const real dorg = dkf[ws.sorg[i]], tau = ws.stau[i];
                 real vmax = 0;
+                UNROLL_GW
                 for (int l = 0; l < k; ++l) {
                     const real x = ws.zh[f + l] / ((dkf[l] - dorg) - tau);
                     wc[l * LD] = x;
                     vmax = fmax(vmax, fabs(x));
                 }
                 real norm2 = 0;
+                UNROLL_GW
                 for (int l = 0; l < k; ++l) {
                     const real x = wc[l * LD] / vmax;
                     wc[l * LD] = x;
@@ -996,11 +1143,18 @@ __device__ bool merge_level(int depth, real* d, const real* e, Ws& ws, const int
 #pragma unroll
     for (int s = 0; s < SLOTS; ++s) lmax = max(lmax, act[s] ? nl[s] : 0);
     lmax = warp_max_int(lmax);
+#if DC_W_REGS
+    if (lmax <= 4) w_product_regs<(N < 4 ? N : 4)>(ws, act, nf, nl, kk, lmax, lane);
+    else if (lmax <= 8) w_product_regs<(N < 8 ? N : 8)>(ws, act, nf, nl, kk, lmax, lane);
+    else if (lmax <= 16) w_product_regs<(N < 16 ? N : 16)>(ws, act, nf, nl, kk, lmax, lane);
+    else w_product_regs<N>(ws, act, nf, nl, kk, lmax, lane);
+#else
     if (lmax <= 4) zw_product<(N < 4 ? N : 4)>(ws, act, nf, nl, kk, lane);
     else if (lmax <= 8) zw_product<(N < 8 ? N : 8)>(ws, act, nf, nl, kk, lane);
     else if (lmax <= 16) zw_product<(N < 16 ? N : 16)>(ws, act, nf, nl, kk, lane);
     else if (lmax <= 32) zw_product<(N < 32 ? N : 32)>(ws, act, nf, nl, kk, lane);
     else zw_product<N>(ws, act, nf, nl, kk, lane);
+#endif
 #pragma unroll
     for (int s = 0; s < SLOTS; ++s) {
         if (!act[s]) continue;
@@ -1152,7 +1306,26 @@ __device__ bool stedc(real* d, real* e, Ws& ws, int lane) {
             const int i = lane + 32 * s;
             if (i >= N) continue;
             ws.vals[ws.rnk[i]] = d[i];
+#if DC_W_REGS
+            // Column c goes to column rnk[c]: follow the cycles of the permutation
+            // (the same for every row, so the lanes stay together).
+            unsigned long long moved = 0;
+            for (int c0 = 0; c0 < N; ++c0) {
+                if ((moved >> c0) & 1ULL) continue;
+                real carry = z[i + c0 * LD];
+                int c = c0;
+                do {
+                    const int to = ws.rnk[c];
+                    moved |= 1ULL << to;
+                    const real t = z[i + to * LD];
+                    z[i + to * LD] = carry;
+                    carry = t;
+                    c = to;
+                } while (c != c0);
+            }
+#else
             for (int c = 0; c < N; ++c) ws.w[i + ws.rnk[c] * LD] = z[i + c * LD];
+#endif
         }
         __syncwarp();
 #pragma unroll
@@ -1160,7 +1333,9 @@ __device__ bool stedc(real* d, real* e, Ws& ws, int lane) {
             const int i = lane + 32 * s;
             if (i >= N) continue;
             d[i] = ws.vals[i];
+#if !DC_W_REGS
             for (int c = 0; c < N; ++c) z[i + c * LD] = ws.w[i + c * LD];
+#endif
         }
         __syncwarp();
     }
@@ -1223,15 +1398,17 @@ __device__ int truncated_eigen_solve(const real* lambda, const real* z, real* v,
     return discarded;
 }
 
-// Shared-memory layout of one system: two N x LD matrices and DC_VECS vectors of N
-// reals, then DC_INTS ints; the host computes the same size (dc_shared_bytes in
-// kernels/src/cuda/solver.rs). The first matrix holds A and the reflectors during the
-// Householder step, then W during stedc (the reflectors are kept per lane in local
-// memory meanwhile, see Reflectors); the rotations of the sequential deflation scan
+// Shared-memory layout of one system: DC_MATS N x LD matrices (one when DC_W_REGS, two
+// otherwise) and DC_VECS vectors of N reals, then DC_INTS ints; the host computes the
+// same size (dc_shared_bytes in kernels/src/cuda/solver.rs). The first matrix holds A
+// and the reflectors during the Householder step (the reflectors are then kept per lane
+// in local memory, see Reflectors), then Z during stedc when DC_W_REGS; otherwise W
+// during stedc, Z in the second; the rotations of the sequential deflation scan
 // share vectors with zh, stau, sorg and rnk (written only after the rotations are
 // applied).
 constexpr int DC_VECS = 11;
-constexpr int DC_REALS = 2 * N * LD + DC_VECS * N;
+constexpr int DC_MATS = DC_W_REGS ? 1 : 2;
+constexpr int DC_REALS = DC_MATS * N * LD + DC_VECS * N;
 constexpr int DC_INTS = 7 * N;
 
 // Carves the workspace out of shared memory; returns the first free vector (after the
@@ -1239,9 +1416,9 @@ constexpr int DC_INTS = 7 * N;
 __device__ real* carve(unsigned char* smem, real** a, Ws& ws) {
     real* base = reinterpret_cast<real*>(smem);
     *a = base;
-    ws.w = base;
-    ws.z = base + N * LD;
-    real* v = ws.z + N * LD;
+    ws.w = base;  // unused when DC_W_REGS
+    ws.z = base + (DC_MATS - 1) * N * LD;
+    real* v = base + DC_MATS * N * LD;
     ws.dsrt = v;
     ws.zsrt = v + N;
     ws.dk = v + 2 * N;

@@ -270,14 +270,17 @@ fn check<T: GpuReal>(solver: &GpuBatchSolver) -> usize {
 }
 
 /// `one KIND N PREC NSTAR BATCH REPEATS`: launches one kernel (for a profiler):
-/// KIND `ldlt` (n* = NSTAR, 0 = simd) or `hh`, PREC `f32` or `f64`.
+/// KIND `ldlt` (n* = NSTAR, 0 = simd), `hh` or `dc` (divide and conquer, NSTAR unused),
+/// PREC `f32` or `f64`.
 fn one(solver: &GpuBatchSolver, args: &[String]) -> ExitCode {
     let get = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
     let n: usize = get(1).parse().unwrap_or(30);
     let nstar: usize = get(3).parse().unwrap_or(8);
     let batch: usize = get(4).parse().unwrap_or(1 << 18);
     let repeats: usize = get(5).parse().unwrap_or(3);
-    let (strategy, options) = if get(0) == "hh" {
+    let (strategy, options) = if get(0) == "dc" {
+        (Strategy::DivideConquer, GpuOptions::default())
+    } else if get(0) == "hh" {
         (
             Strategy::HouseholderPcr,
             GpuOptions {
