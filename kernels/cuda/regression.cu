@@ -17,11 +17,16 @@
 // Defines (from the host): REAL_F64, N (basis size), DEG (longest chain, >= 1),
 // G (regressions per block), P (paths per chunk, a power of two
 // <= 32), STAGES (stage buffers of raw states: STAGES - 1 chunks are copied ahead of the
-// one being prepared, >= 2), THREADS (block size, a multiple of 32, >= G * NT and >= G * P), USE_FMA.
+// one being prepared, >= 2), THREADS (block size, a multiple of 32, >= G * NT and >= G * P),
+// USE_FMA, and the payoff's underlying level `payoff_level(const double* s)` (a device
+// function of the asset prices of one path, generated from the payoff with its assets
+// and weights as constants: the same operations in the same order as GpuPayoff::value).
 //
 // Shared memory (dynamic, 16-byte aligned): psi[2][G][P][NEP] real |
-// raw[STAGES][G][P][d] double | yraw[STAGES][G][P] double | chain_inv[N][DEG] double | uw[nu] double | cnt[G] int |
-// total[G] int | chain_asset[N][DEG] int | ua[nu] int | src[G][P] int.
+// raw[STAGES][G][P][d] double | yraw[STAGES][G][P] double | cnt[2][G] int | total[G] int |
+// src[G][P] int. A psi row holds element t at psi_pos(t): in f64 the first two values
+// of every 4-group t = 4q.. in the row's first half (at 2q), the last two in its second
+// half, so that the 16-byte loads of the tile threads of one row hit distinct banks.
 
 #if REAL_F64
 typedef double real;
@@ -42,22 +47,6 @@ typedef float real;
 #define MADD(a, b, acc) ((acc) + (a) * (b))
 #endif
 
-// Payoff kinds: level = S[a0] (0), sum_k w_k S[a_k] (1), max_k S[a_k] (2); call or put.
-__device__ __forceinline__ double payoff_of(const double* s, int kind, int put, double strike,
-                                            const int* ua, const double* uw, int nu) {
-    double level;
-    if (kind == 0) {
-        level = s[ua[0]];
-    } else if (kind == 1) {
-        level = 0.0;
-        for (int k = 0; k < nu; ++k) level = level + uw[k] * s[ua[k]];
-    } else {
-        level = __longlong_as_double(0xfff0000000000000ULL);  // -infinity
-        for (int k = 0; k < nu; ++k) level = fmax(level, s[ua[k]]);
-    }
-    return put ? fmax(strike - level, 0.0) : fmax(level - strike, 0.0);
-}
-
 // 8-byte asynchronous copy global -> shared (sm_80 and later; a plain copy before).
 __device__ __forceinline__ void copy_async8(double* dst, const double* src) {
 #if __CUDA_ARCH__ >= 800
@@ -71,6 +60,21 @@ __device__ __forceinline__ void copy_async8(double* dst, const double* src) {
 #endif
 }
 
+// 16-byte asynchronous copy global -> shared, both addresses 16-byte aligned (bypasses
+// L1: every state is read once).
+__device__ __forceinline__ void copy_async16(double* dst, const double* src) {
+#if __CUDA_ARCH__ >= 800
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("{\n\t.reg .u64 g;\n\tcvta.to.global.u64 g, %1;\n\tcp.async.cg.shared.global [%0], [g], 16;\n\t}"
+                 :
+                 : "r"(d), "l"(src)
+                 : "memory");
+#else
+    dst[0] = src[0];
+    dst[1] = src[1];
+#endif
+}
+
 __device__ __forceinline__ void copy_async_commit() {
 #if __CUDA_ARCH__ >= 800
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -80,6 +84,17 @@ __device__ __forceinline__ void copy_async_commit() {
 #define PREP_WARPS ((G * P + 31) / 32)
 #define TILE_WARPS ((G * NT + 31) / 32)
 #define GROUPS_PER_WARP (32 / P)
+// Psi columns per preparing lane (lane t, t + 32, ...).
+#define TPL ((NEP + 31) / 32)
+
+// Position of element t in a psi row (see the header).
+__device__ __forceinline__ int psi_pos(int t) {
+#if REAL_F64
+    return ((t & 3) >> 1) * (NEP / 2) + 2 * (t >> 2) + (t & 1);
+#else
+    return t;
+#endif
+}
 
 __device__ __forceinline__ void named_sync(int id) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(THREADS) : "memory");
@@ -96,12 +111,30 @@ __device__ __forceinline__ void copy_async_wait() {
 #endif
 }
 
+// The 4 values of tile row `q` of a psi row (elements 4q .. 4q + 3).
+__device__ __forceinline__ void load_quad(const real* row, int q, real v[4]) {
+#if REAL_F64
+    const double2 lo = *(const double2*)(row + 2 * q);
+    const double2 hi = *(const double2*)(row + NEP / 2 + 2 * q);
+    v[0] = lo.x;
+    v[1] = lo.y;
+    v[2] = hi.x;
+    v[3] = hi.y;
+#else
+    const float4 f = *(const float4*)(row + 4 * q);
+    v[0] = f.x;
+    v[1] = f.y;
+    v[2] = f.z;
+    v[3] = f.w;
+#endif
+}
+
 // states: element (l, mm, i) at states[l * path_stride + mm * d + i] (the inner states
 // at the exercise date); y: (l, mm) at y[l * m + mm]. A: batch x N x N column-major,
 // lower triangle written (upper untouched); B: batch x N; counts: batch.
 // chain_asset / chain_inv: N x DEG, for basis function t the asset index and 1/S_0 of
-// each factor from the root, -1 after the last. Payoff: kind, put, strike and the
-// nu (asset, weight) pairs in ua / uw (max reads ua only).
+// each factor from the root, -1 after the last. Payoff: put, strike (the level is
+// payoff_level, compiled in; kind, ua, uw and nu are not read).
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 ENTRY(regression_build)(const double* __restrict__ states, long long path_stride,
                         const double* __restrict__ y, real* __restrict__ A,
@@ -114,28 +147,14 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
     real* psi = (real*)smem;
     double* raw = (double*)(psi + 2 * G * P * NEP);
     double* yraw = raw + STAGES * G * P * d;
-    double* chain_inv = yraw + STAGES * G * P;
-    double* uw = chain_inv + N * DEG;
-    int* cnt = (int*)(uw + nu);
+    int* cnt = (int*)(yraw + STAGES * G * P);
     int* total = cnt + 2 * G;
-    int* chain_asset = total + G;
-    int* ua = chain_asset + N * DEG;
-    int* src = ua + nu;
+    int* src = total + G;
 
     const int tid = threadIdx.x;
     const int lane = tid & 31, warp = tid >> 5;
     const long long l0 = (long long)blockIdx.x * G;
     const int chunks = (m + P - 1) / P;
-
-    for (int e = tid; e < N * DEG; e += THREADS) {
-        chain_asset[e] = chain_asset_g[e];
-        chain_inv[e] = chain_inv_g[e];
-    }
-    for (int e = tid; e < nu; e += THREADS) {
-        ua[e] = ua_g[e];
-        uw[e] = uw_g[e];
-    }
-    __syncthreads();
 
     // Tile threads (of the tile warps): regression ag, tile row tr, tile column tc <= tr.
     const int a = tid - 32 * PREP_WARPS;
@@ -155,18 +174,42 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
     if (warp < PREP_WARPS) {
         // This lane's path slot: regression g (may be >= G), path p of the chunk.
         const int g = tid / P, p = tid - g * P;
+        // This lane's psi columns t = lane + 32 k: the chain of basis function t (asset
+        // -1 past its end, and for t >= N), and where the value goes in a row.
+        int cha[TPL][DEG];
+        double chi[TPL][DEG];
+        int pos[TPL];
+#pragma unroll
+        for (int k = 0; k < TPL; ++k) {
+            const int t = lane + 32 * k;
+            pos[k] = t < NEP ? psi_pos(t) : 0;
+#pragma unroll
+            for (int e = 0; e < DEG; ++e) {
+                cha[k][e] = t < N ? chain_asset_g[t * DEG + e] : -1;
+                chi[k][e] = t < N ? chain_inv_g[t * DEG + e] : 0.0;
+            }
+        }
+        // 16-byte copies when every (regression, chunk) block of states starts on a
+        // 16-byte boundary.
+        const bool vec = (((unsigned long long)states) & 15) == 0 && (path_stride & 1) == 0 &&
+                         ((P * d) & 1) == 0;
         // Copies of chunk c of this warp's regressions into stage buffer c % STAGES, as
         // one commit group (empty past the last chunk, so that every iteration commits
         // one group and the wait below keeps a constant count).
         auto stage = [&](int c) {
             if (c < chunks) {
-                const int p0 = c * P, np = min(P, m - p0), sb = c % STAGES;
+                const int p0 = c * P, np = min(P, m - p0), sb = c % STAGES, ne = np * d;
                 for (int j = 0; j < GROUPS_PER_WARP; ++j) {
                     const int gg = warp * GROUPS_PER_WARP + j;
                     if (gg >= G || l0 + gg >= batch) break;
                     const double* s = states + (l0 + gg) * path_stride + (long long)p0 * d;
                     double* dst = raw + (sb * G + gg) * (P * d);
-                    for (int r = lane; r < np * d; r += 32) copy_async8(dst + r, s + r);
+                    if (vec) {
+                        for (int r = 2 * lane; r + 1 < ne; r += 64) copy_async16(dst + r, s + r);
+                        if ((ne & 1) && lane == 0) copy_async8(dst + ne - 1, s + ne - 1);
+                    } else {
+                        for (int r = lane; r < ne; r += 32) copy_async8(dst + r, s + r);
+                    }
                 }
                 if (g < G && l0 + g < batch && p < np)
                     copy_async8(yraw + (sb * G + g) * P + p, y + (l0 + g) * m + p0 + p);
@@ -184,14 +227,18 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
             stage(c + STAGES - 1);
             copy_async_wait<STAGES - 1>();  // chunk c's group is complete
             __syncwarp();  // chunk c's copies by every lane of the warp are visible
-            if (c >= 2) named_sync(3 + buf);  // the tile warps are done with psi[buf]
             const double* rb = raw + sb * (G * P * d);
             const double* yb = yraw + sb * (G * P);
-            real* pb = psi + buf * (G * P * NEP);
-            // Which paths enter.
+            // Which paths enter (before waiting for the psi buffer).
             bool f = false;
-            if (g < G && l0 + g < batch && p < np)
-                f = !itm_only || payoff_of(rb + tid * d, kind, put, strike, ua, uw, nu) > 0.0;
+            if (g < G && l0 + g < batch && p < np) {
+                if (itm_only) {
+                    const double level = payoff_level(rb + tid * d);
+                    f = (put ? fmax(strike - level, 0.0) : fmax(level - strike, 0.0)) > 0.0;
+                } else {
+                    f = true;
+                }
+            }
             const unsigned mask = __ballot_sync(0xffffffffu, f);
             // Compaction: an entering path's lane writes its index at its rank among the
             // entering paths of its regression (the bits of its lane group below it).
@@ -199,35 +246,37 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
             const unsigned group = P == 32 ? mask : (mask >> (j0 * P)) & ((1u << (P & 31)) - 1u);
             if (f) src[g * P + __popc(group & ((1u << p) - 1u))] = p;
             __syncwarp();
-            // Basis values (and y, and zero padding) of the entering paths, in order:
-            // element (slot, t) of the group's compacted rows, lanes over consecutive t.
+            if (c >= 2) named_sync(3 + buf);  // the tile warps are done with psi[buf]
+            real* pb = psi + buf * (G * P * NEP);
+            // Basis values (and y, and zero padding) of the entering paths, in order: one
+            // row per compacted slot, lanes over the columns.
 #pragma unroll 1
             for (int j = 0; j < GROUPS_PER_WARP; ++j) {
                 const int gg = warp * GROUPS_PER_WARP + j;
                 if (gg >= G) break;
                 const unsigned bits = P == 32 ? mask : (mask >> (j * P)) & ((1u << (P & 31)) - 1u);
                 const int cn = __popc(bits);
+                const double* rg = rb + gg * (P * d);
+                const double* yg = yb + gg * P;
+                const int* sg = src + gg * P;
                 real* out = pb + gg * (P * NEP);
 #pragma unroll 4
-                for (int q = lane; q < cn * NEP; q += 32) {
-                    const int slot = q / NEP, t = q - slot * NEP;
-                    const int pp = src[gg * P + slot];
-                    real v;
-                    if (t < N) {
-                        const double* s = rb + (gg * P + pp) * d;
-                        double x = 1.0;
-                        for (int k = 0; k < DEG; ++k) {
-                            const int a = chain_asset[t * DEG + k];
-                            if (a < 0) break;
-                            x = x * (s[a] * chain_inv[t * DEG + k]);
+                for (int slot = 0; slot < cn; ++slot) {
+                    const int pp = sg[slot];
+                    const double* s = rg + pp * d;
+                    const double yv = yg[pp];
+#pragma unroll
+                    for (int k = 0; k < TPL; ++k) {
+                        const int t = lane + 32 * k;
+                        if (32 * k + 32 <= NEP || t < NEP) {
+                            double x = 1.0;
+#pragma unroll
+                            for (int e = 0; e < DEG; ++e)
+                                if (cha[k][e] >= 0) x = x * (s[cha[k][e]] * chi[k][e]);
+                            const double v = t < N ? x : (t == N ? yv : 0.0);
+                            out[slot * NEP + pos[k]] = (real)v;
                         }
-                        v = (real)x;
-                    } else if (t == N) {
-                        v = (real)yb[gg * P + pp];
-                    } else {
-                        v = (real)0;
                     }
-                    out[q] = v;
                 }
                 if (lane == 0) {
                     cnt[buf * G + gg] = cn;
@@ -245,22 +294,11 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
             if (acc_thread) {
                 const int cn = cnt[buf * G + ag];
                 const real* base = psi + buf * (G * P * NEP) + ag * P * NEP;
+#pragma unroll 2
                 for (int slot = 0; slot < cn; ++slot) {
-                    const real* row = base + slot * NEP;
                     real rv[4], cv[4];
-#if REAL_F64
-                    const double2 r01 = ((const double2*)(row + 4 * tr))[0];
-                    const double2 r23 = ((const double2*)(row + 4 * tr))[1];
-                    const double2 c01 = ((const double2*)(row + 4 * tc))[0];
-                    const double2 c23 = ((const double2*)(row + 4 * tc))[1];
-                    rv[0] = r01.x; rv[1] = r01.y; rv[2] = r23.x; rv[3] = r23.y;
-                    cv[0] = c01.x; cv[1] = c01.y; cv[2] = c23.x; cv[3] = c23.y;
-#else
-                    const float4 r4 = *(const float4*)(row + 4 * tr);
-                    const float4 c4 = *(const float4*)(row + 4 * tc);
-                    rv[0] = r4.x; rv[1] = r4.y; rv[2] = r4.z; rv[3] = r4.w;
-                    cv[0] = c4.x; cv[1] = c4.y; cv[2] = c4.z; cv[3] = c4.w;
-#endif
+                    load_quad(base + slot * NEP, tr, rv);
+                    load_quad(base + slot * NEP, tc, cv);
 #pragma unroll
                     for (int i = 0; i < 4; ++i)
 #pragma unroll

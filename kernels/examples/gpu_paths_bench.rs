@@ -345,6 +345,14 @@ fn run(report: Option<String>) -> Result<(), GpuError> {
                 },
             ),
             (
+                "P8 G8",
+                RegressionConfig {
+                    paths_per_chunk: 8,
+                    regressions_per_block: Some(8),
+                    ..Default::default()
+                },
+            ),
+            (
                 "P32",
                 RegressionConfig {
                     paths_per_chunk: 32,
@@ -368,7 +376,7 @@ fn run(report: Option<String>) -> Result<(), GpuError> {
             ),
         ];
         for (v, cfg) in variants {
-            if quick() && (v == "P8" || v == "P16 fma") {
+            if quick() && (v == "P8" || v == "P16 fma" || v == "P16 S2" || v == "P16 S2 G4") {
                 continue;
             }
             bench_regression::<f64>(&stream, &spec, cfg, v, &states, &y, &mut rows)?;

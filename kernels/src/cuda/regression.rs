@@ -83,6 +83,42 @@ impl GpuPayoff {
         }
     }
 
+    /// The device function `double payoff_level(const double* s)` of the build kernel:
+    /// the underlying level with the assets and weights as constants (weights as exact
+    /// bit patterns), the same operations in the same order as [`Self::value`]. The
+    /// maximum is taken as a balanced tree of `fmax` (exact, so any order gives the
+    /// same value), folded into `-inf` last as the sequential fold would.
+    fn level_source(&self) -> String {
+        fn max_tree(a: &[usize]) -> String {
+            match a {
+                [i] => format!("s[{i}]"),
+                _ => {
+                    let (l, r) = a.split_at(a.len() / 2);
+                    format!("fmax({}, {})", max_tree(l), max_tree(r))
+                }
+            }
+        }
+        let body = match &self.underlying {
+            GpuUnderlying::Asset(i) => format!("s[{i}]"),
+            GpuUnderlying::Basket(w) => w.iter().fold("0.0".to_string(), |acc, &(i, wi)| {
+                format!(
+                    "({acc} + __longlong_as_double(0x{:016x}LL) * s[{i}])",
+                    wi.to_bits()
+                )
+            }),
+            GpuUnderlying::Max(v) if v.is_empty() => {
+                "__longlong_as_double(0xfff0000000000000LL)".to_string()
+            }
+            GpuUnderlying::Max(v) => format!(
+                "fmax(__longlong_as_double(0xfff0000000000000LL), {})",
+                max_tree(v)
+            ),
+        };
+        format!(
+            "__device__ __forceinline__ double payoff_level(const double* s) {{ return {body}; }}\n"
+        )
+    }
+
     fn max_asset(&self) -> Option<usize> {
         match &self.underlying {
             GpuUnderlying::Asset(i) => Some(*i),
@@ -174,21 +210,24 @@ fn min_blocks(threads: usize) -> usize {
     (65536 / (threads * REGISTER_BUDGET)).clamp(1, 2048 / threads)
 }
 
-/// The CUDA source of the build kernel: the defines, then `cuda/regression.cu`.
-/// `g` regressions of `n` basis functions (longest chain `deg`) per block, `p` paths per
-/// chunk (a power of two, at most 32), `stages` stage buffers (`stages - 1` chunks copied
-/// ahead); the block has `ceil(g p / 32) + ceil(g tiles / 32)` warps.
+/// The CUDA source of the build kernel: the defines, the payoff's level function
+/// ([`GpuPayoff`], compiled in), then `cuda/regression.cu`. `g` regressions of `n` basis
+/// functions (longest chain `deg`) per block, `p` paths per chunk (a power of two, at
+/// most 32), `stages` stage buffers (`stages - 1` chunks copied ahead); the block has
+/// `ceil(g p / 32) + ceil(g tiles / 32)` warps.
 pub fn regression_source(
     f64: bool,
     n: usize,
     deg: usize,
     (g, p, stages): (usize, usize, usize),
     fma: bool,
+    payoff: &GpuPayoff,
 ) -> String {
     let threads = block_threads(n, g, p);
     let (real_f64, min_blocks, use_fma) = (u32::from(f64), min_blocks(threads), u32::from(fma));
     format!(
-        "#define REAL_F64 {real_f64}\n#define N {n}\n#define DEG {deg}\n#define G {g}\n#define P {p}\n#define STAGES {stages}\n#define THREADS {threads}\n#define MIN_BLOCKS {min_blocks}\n#define USE_FMA {use_fma}\n{}",
+        "#define REAL_F64 {real_f64}\n#define N {n}\n#define DEG {deg}\n#define G {g}\n#define P {p}\n#define STAGES {stages}\n#define THREADS {threads}\n#define MIN_BLOCKS {min_blocks}\n#define USE_FMA {use_fma}\n{}{}",
+        payoff.level_source(),
         source_file("regression.cu", REGRESSION_CU)
     )
 }
@@ -253,12 +292,9 @@ impl<T: GpuReal> GpuRegression<T> {
         let (payoff_kind, ua, uw) = spec.payoff.tables();
         let nu = ua.len();
         // psi[2][g][p][nep] (double-buffered), states[st][g][p][d] and y[st][g][p] (stage
-        // buffers), tables, counts[2][g], totals[g], compacted path indices[g][p].
-        let shared = |g: usize| {
-            2 * g * p * nep * es
-                + (st * g * p * d + st * g * p + n * deg + nu) * 8
-                + (3 * g + n * deg + nu + g * p) * 4
-        };
+        // buffers), counts[2][g], totals[g], compacted path indices[g][p].
+        let shared =
+            |g: usize| 2 * g * p * nep * es + (st * g * p * d + st * g * p) * 8 + (3 * g + g * p) * 4;
         let ctx = stream.context();
         let optin = ctx
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?
@@ -311,7 +347,7 @@ impl<T: GpuReal> GpuRegression<T> {
                 limit: optin,
             });
         }
-        let src = regression_source(T::IS_F64, n, deg, (g, p, st), config.fma);
+        let src = regression_source(T::IS_F64, n, deg, (g, p, st), config.fma, &spec.payoff);
         let (major, minor) = ctx.compute_capability()?;
         let cubin = compile_cubin(&src, "regression.cu", &format!("sm_{major}{minor}"))?;
         let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin))?;
@@ -477,7 +513,12 @@ mod tests {
 
     #[test]
     fn source_defines() {
-        let src = regression_source(false, 30, 1, (6, 16, 3), true);
+        let put = GpuPayoff {
+            underlying: GpuUnderlying::Max(vec![0, 1, 2]),
+            kind: GpuOptionKind::Put,
+            strike: 1.0,
+        };
+        let src = regression_source(false, 30, 1, (6, 16, 3), true, &put);
         assert!(src.starts_with(
             "#define REAL_F64 0\n#define N 30\n#define DEG 1\n#define G 6\n#define P 16\n#define STAGES 3\n#define THREADS 320\n#define MIN_BLOCKS 2\n#define USE_FMA 1\n"
         ));
@@ -506,16 +547,30 @@ mod tests {
         if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
             return;
         }
-        for (n, deg, g, p, st) in [
+        let payoffs = [
+            GpuUnderlying::Asset(0),
+            GpuUnderlying::Basket(vec![(0, 0.5), (1, 0.25)]),
+            GpuUnderlying::Max(vec![0, 1, 0]),
+        ]
+        .map(|underlying| GpuPayoff {
+            underlying,
+            kind: GpuOptionKind::Call,
+            strike: 1.0,
+        });
+        for (case, (n, deg, g, p, st)) in [
             (30, 1, 8, 16, 3),
             (10, 2, 32, 16, 2),
             (64, 1, 1, 32, 4),
             (1, 1, 4, 8, 3),
             (2, 1, 3, 1, 8),
-        ] {
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let payoff = &payoffs[case % payoffs.len()];
             for f64 in [false, true] {
                 for fma in [false, true] {
-                    let src = regression_source(f64, n, deg, (g, p, st), fma);
+                    let src = regression_source(f64, n, deg, (g, p, st), fma, payoff);
                     if let Err(e) = compile_cubin(&src, "regression.cu", "sm_90") {
                         panic!("{e}");
                     }
