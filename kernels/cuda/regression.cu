@@ -18,15 +18,21 @@
 // G (regressions per block), P (paths per chunk, a power of two
 // <= 32), STAGES (stage buffers of raw states: STAGES - 1 chunks are copied ahead of the
 // one being prepared, >= 2), THREADS (block size, a multiple of 32, >= G * NT and >= G * P),
-// USE_FMA, and the payoff's underlying level `payoff_level(const double* s)` (a device
-// function of the asset prices of one path, generated from the payoff with its assets
-// and weights as constants: the same operations in the same order as GpuPayoff::value).
+// USE_FMA, D (assets per state), and `bool payoff_enters(const double* s, double strike)`
+// (a device function of the asset prices of one path, generated from the payoff with its
+// assets, weights and call/put as constants: payoff > 0 decided exactly as the CPU's
+// GpuPayoff::value(s) > 0 would, see regression.rs).
 //
 // Shared memory (dynamic, 16-byte aligned): psi[2][G][P][NEP] real |
-// raw[STAGES][G][P][d] double | yraw[STAGES][G][P] double | cnt[2][G] int | total[G] int |
+// raw[STAGES][G][P][D] double | yraw[STAGES][G][P] double | junk[PREP_WARPS][32] real |
+// cnt[2][G] int | total[G] int |
 // src[G][P] int. A psi row holds element t at psi_pos(t): in f64 the first two values
 // of every 4-group t = 4q.. in the row's first half (at 2q), the last two in its second
 // half, so that the 16-byte loads of the tile threads of one row hit distinct banks.
+// Preparing lane `lane` writes row position lane (+ 32 k), i.e. element psi_elem(pos), so
+// that its stores are conflict-free too. The columns that do not depend on the path (the
+// constant basis function, the zero padding past y) are written once, at the start, in
+// every row of both buffers; the others (basis values, y) for each chunk.
 
 #if REAL_F64
 typedef double real;
@@ -96,6 +102,16 @@ __device__ __forceinline__ int psi_pos(int t) {
 #endif
 }
 
+// Element stored at position pos of a psi row (the inverse of psi_pos).
+__device__ __forceinline__ int psi_elem(int pos) {
+#if REAL_F64
+    const int h = pos / (NEP / 2), r = pos - h * (NEP / 2);
+    return 4 * (r >> 1) + 2 * h + (r & 1);
+#else
+    return pos;
+#endif
+}
+
 __device__ __forceinline__ void named_sync(int id) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(THREADS) : "memory");
 }
@@ -133,8 +149,8 @@ __device__ __forceinline__ void load_quad(const real* row, int q, real v[4]) {
 // at the exercise date); y: (l, mm) at y[l * m + mm]. A: batch x N x N column-major,
 // lower triangle written (upper untouched); B: batch x N; counts: batch.
 // chain_asset / chain_inv: N x DEG, for basis function t the asset index and 1/S_0 of
-// each factor from the root, -1 after the last. Payoff: put, strike (the level is
-// payoff_level, compiled in; kind, ua, uw and nu are not read).
+// each factor from the root, -1 after the last. Payoff: strike (the rest is compiled
+// into payoff_enters; kind, put, ua, uw, nu and d (= D) are not read).
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 ENTRY(regression_build)(const double* __restrict__ states, long long path_stride,
                         const double* __restrict__ y, real* __restrict__ A,
@@ -146,8 +162,9 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
     extern __shared__ __align__(16) unsigned char smem[];
     real* psi = (real*)smem;
     double* raw = (double*)(psi + 2 * G * P * NEP);
-    double* yraw = raw + STAGES * G * P * d;
-    int* cnt = (int*)(yraw + STAGES * G * P);
+    double* yraw = raw + STAGES * G * P * D;
+    real* junk = (real*)(yraw + STAGES * G * P);
+    int* cnt = (int*)(junk + 32 * PREP_WARPS);
     int* total = cnt + 2 * G;
     int* src = total + G;
 
@@ -174,37 +191,57 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
     if (warp < PREP_WARPS) {
         // This lane's path slot: regression g (may be >= G), path p of the chunk.
         const int g = tid / P, p = tid - g * P;
-        // This lane's psi columns t = lane + 32 k: the chain of basis function t (asset
-        // -1 past its end, and for t >= N), and where the value goes in a row.
+        // This lane's row positions lane + 32 k: element t = psi_elem(pos); `live` when t
+        // is a basis function with a non-empty chain (its factors in registers). The other
+        // lanes compute a throw-away value from asset 0 and store it into their warp's
+        // junk slots, so that every row is the same instructions for every lane.
         int cha[TPL][DEG];
         double chi[TPL][DEG];
-        int pos[TPL];
+        bool live[TPL];
 #pragma unroll
         for (int k = 0; k < TPL; ++k) {
-            const int t = lane + 32 * k;
-            pos[k] = t < NEP ? psi_pos(t) : 0;
+            const int pos = lane + 32 * k;
+            const int t = pos < NEP ? psi_elem(pos) : NEP;
+            live[k] = t < N && chain_asset_g[t * DEG] >= 0;
 #pragma unroll
             for (int e = 0; e < DEG; ++e) {
-                cha[k][e] = t < N ? chain_asset_g[t * DEG + e] : -1;
-                chi[k][e] = t < N ? chain_inv_g[t * DEG + e] : 0.0;
+                cha[k][e] = live[k] ? chain_asset_g[t * DEG + e] : (e == 0 ? 0 : -1);
+                chi[k][e] = live[k] ? chain_inv_g[t * DEG + e] : 0.0;
             }
+        }
+        real* const my_junk = junk + 32 * warp + lane;
+        // The path-independent columns of every row of both buffers: 1 (empty chain) and
+        // the zero padding past y.
+        for (int e = tid; e < 2 * G * P * NEP; e += 32 * PREP_WARPS) {
+            const int t = psi_elem(e % NEP);
+            if (t < N && chain_asset_g[t * DEG] < 0)
+                psi[e] = (real)1;
+            else if (t > N)
+                psi[e] = (real)0;
         }
         // 16-byte copies when every (regression, chunk) block of states starts on a
         // 16-byte boundary.
         const bool vec = (((unsigned long long)states) & 15) == 0 && (path_stride & 1) == 0 &&
-                         ((P * d) & 1) == 0;
+                         ((P * D) & 1) == 0;
         // Copies of chunk c of this warp's regressions into stage buffer c % STAGES, as
         // one commit group (empty past the last chunk, so that every iteration commits
         // one group and the wait below keeps a constant count).
         auto stage = [&](int c) {
             if (c < chunks) {
-                const int p0 = c * P, np = min(P, m - p0), sb = c % STAGES, ne = np * d;
+                const int p0 = c * P, np = min(P, m - p0), sb = c % STAGES, ne = np * D;
+#pragma unroll 1
                 for (int j = 0; j < GROUPS_PER_WARP; ++j) {
                     const int gg = warp * GROUPS_PER_WARP + j;
                     if (gg >= G || l0 + gg >= batch) break;
-                    const double* s = states + (l0 + gg) * path_stride + (long long)p0 * d;
-                    double* dst = raw + (sb * G + gg) * (P * d);
-                    if (vec) {
+                    const double* s = states + (l0 + gg) * path_stride + (long long)p0 * D;
+                    double* dst = raw + (sb * G + gg) * (P * D);
+                    if (vec && np == P) {
+#pragma unroll
+                        for (int i = 0; i < (P * D / 2 + 31) / 32; ++i) {
+                            const int r = 2 * (lane + 32 * i);
+                            if (r < P * D) copy_async16(dst + r, s + r);
+                        }
+                    } else if (vec) {
                         for (int r = 2 * lane; r + 1 < ne; r += 64) copy_async16(dst + r, s + r);
                         if ((ne & 1) && lane == 0) copy_async8(dst + ne - 1, s + ne - 1);
                     } else {
@@ -227,56 +264,54 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
             stage(c + STAGES - 1);
             copy_async_wait<STAGES - 1>();  // chunk c's group is complete
             __syncwarp();  // chunk c's copies by every lane of the warp are visible
-            const double* rb = raw + sb * (G * P * d);
+            const double* rb = raw + sb * (G * P * D);
             const double* yb = yraw + sb * (G * P);
             // Which paths enter (before waiting for the psi buffer).
-            bool f = false;
-            if (g < G && l0 + g < batch && p < np) {
-                if (itm_only) {
-                    const double level = payoff_level(rb + tid * d);
-                    f = (put ? fmax(strike - level, 0.0) : fmax(level - strike, 0.0)) > 0.0;
-                } else {
-                    f = true;
-                }
-            }
+            const bool mine = g < G && l0 + g < batch && p < np;
+            const bool f = mine && (!itm_only || payoff_enters(rb + tid * D, strike));
             const unsigned mask = __ballot_sync(0xffffffffu, f);
             // Compaction: an entering path's lane writes its index at its rank among the
             // entering paths of its regression (the bits of its lane group below it).
             const int j0 = lane / P;
             const unsigned group = P == 32 ? mask : (mask >> (j0 * P)) & ((1u << (P & 31)) - 1u);
+            const int gcn = __popc(group);
             if (f) src[g * P + __popc(group & ((1u << p) - 1u))] = p;
             __syncwarp();
             if (c >= 2) named_sync(3 + buf);  // the tile warps are done with psi[buf]
             real* pb = psi + buf * (G * P * NEP);
-            // Basis values (and y, and zero padding) of the entering paths, in order: one
-            // row per compacted slot, lanes over the columns.
+            // y of the entering paths: lane p of group g writes slot p.
+            if (g < G && p < gcn)
+                pb[(g * P + p) * NEP + psi_pos(N)] =
+                    (real)yb[g * P + (gcn == np ? p : src[g * P + p])];
+            // Basis values of the entering paths, in order: one row per compacted slot,
+            // lanes over the row's positions.
 #pragma unroll 1
             for (int j = 0; j < GROUPS_PER_WARP; ++j) {
                 const int gg = warp * GROUPS_PER_WARP + j;
                 if (gg >= G) break;
                 const unsigned bits = P == 32 ? mask : (mask >> (j * P)) & ((1u << (P & 31)) - 1u);
                 const int cn = __popc(bits);
-                const double* rg = rb + gg * (P * d);
-                const double* yg = yb + gg * P;
+                const double* rg = rb + gg * (P * D);
                 const int* sg = src + gg * P;
-                real* out = pb + gg * (P * NEP);
-#pragma unroll 4
-                for (int slot = 0; slot < cn; ++slot) {
-                    const int pp = sg[slot];
-                    const double* s = rg + pp * d;
-                    const double yv = yg[pp];
+                real* out = pb + gg * (P * NEP) + lane;
+                auto row = [&](int slot, int pp) {
+                    const double* sp = rg + pp * D;
 #pragma unroll
                     for (int k = 0; k < TPL; ++k) {
-                        const int t = lane + 32 * k;
-                        if (32 * k + 32 <= NEP || t < NEP) {
-                            double x = 1.0;
+                        // x = 1, then x = x * (S[asset] * inv_spot) along the chain.
+                        double x = 1.0 * (sp[cha[k][0]] * chi[k][0]);
 #pragma unroll
-                            for (int e = 0; e < DEG; ++e)
-                                if (cha[k][e] >= 0) x = x * (s[cha[k][e]] * chi[k][e]);
-                            const double v = t < N ? x : (t == N ? yv : 0.0);
-                            out[slot * NEP + pos[k]] = (real)v;
-                        }
+                        for (int e = 1; e < DEG; ++e)
+                            if (cha[k][e] >= 0) x = x * (sp[cha[k][e]] * chi[k][e]);
+                        *(live[k] ? out + slot * NEP + 32 * k : my_junk) = (real)x;
                     }
+                };
+                if (cn == np) {  // every path of the chunk enters: slot = path
+#pragma unroll 4
+                    for (int slot = 0; slot < cn; ++slot) row(slot, slot);
+                } else {
+#pragma unroll 4
+                    for (int slot = 0; slot < cn; ++slot) row(slot, sg[slot]);
                 }
                 if (lane == 0) {
                     cnt[buf * G + gg] = cn;

@@ -83,39 +83,64 @@ impl GpuPayoff {
         }
     }
 
-    /// The device function `double payoff_level(const double* s)` of the build kernel:
-    /// the underlying level with the assets and weights as constants (weights as exact
-    /// bit patterns), the same operations in the same order as [`Self::value`]. The
-    /// maximum is taken as a balanced tree of `fmax` (exact, so any order gives the
-    /// same value), folded into `-inf` last as the sequential fold would.
-    fn level_source(&self) -> String {
-        fn max_tree(a: &[usize]) -> String {
-            match a {
-                [i] => format!("s[{i}]"),
-                _ => {
-                    let (l, r) = a.split_at(a.len() / 2);
-                    format!("fmax({}, {})", max_tree(l), max_tree(r))
+    /// The device function `bool payoff_enters(const double* s, double strike)` of the
+    /// build kernel: whether [`Self::value`] of the asset prices `s` is `> 0`, decided
+    /// exactly as that comparison (with this payoff's strike passed in), the assets,
+    /// weights and call/put compiled in (weights as exact bit patterns).
+    ///
+    /// An asset or basket level is formed with the operations of [`Self::value`] in its
+    /// order, then `fmax(level - K, 0) > 0` (call) or `fmax(K - level, 0) > 0` (put).
+    /// On the maximum the comparison is taken apart instead: `value > 0` is
+    /// `level - K > 0` (call), and since `a - b > 0` exactly when `a > b` in IEEE
+    /// arithmetic with subnormals (also for infinities and NaN) and the fold of `max`
+    /// from `-inf` is the largest non-NaN price, or `-inf` if there is none, a call
+    /// enters when some price `S_k > K` and a put (`K - level > 0`, i.e. `K > level`)
+    /// when `K > -inf` and no price has `S_k >= K` (a NaN price compares false): one
+    /// predicated comparison per asset instead of a chain of `fmax`.
+    fn enters_source(&self) -> String {
+        let put = self.kind == GpuOptionKind::Put;
+        let from_level = |level: String| {
+            let gap = if put {
+                format!("strike - ({level})")
+            } else {
+                format!("({level}) - strike")
+            };
+            format!("fmax({gap}, 0.0) > 0.0")
+        };
+        let body = match &self.underlying {
+            GpuUnderlying::Asset(i) => from_level(format!("s[{i}]")),
+            GpuUnderlying::Basket(w) => from_level(w.iter().fold(
+                "0.0".to_string(),
+                |acc, &(i, wi)| {
+                    format!(
+                        "({acc} + __longlong_as_double(0x{:016x}LL) * s[{i}])",
+                        wi.to_bits()
+                    )
+                },
+            )),
+            GpuUnderlying::Max(v) if !put => {
+                let terms: Vec<String> = v.iter().map(|i| format!("(s[{i}] > strike)")).collect();
+                if terms.is_empty() {
+                    "false".to_string()
+                } else {
+                    terms.join(" | ")
                 }
             }
-        }
-        let body = match &self.underlying {
-            GpuUnderlying::Asset(i) => format!("s[{i}]"),
-            GpuUnderlying::Basket(w) => w.iter().fold("0.0".to_string(), |acc, &(i, wi)| {
-                format!(
-                    "({acc} + __longlong_as_double(0x{:016x}LL) * s[{i}])",
-                    wi.to_bits()
-                )
-            }),
-            GpuUnderlying::Max(v) if v.is_empty() => {
-                "__longlong_as_double(0xfff0000000000000LL)".to_string()
+            GpuUnderlying::Max(v) => {
+                let terms: Vec<String> =
+                    v.iter().map(|i| format!("(s[{i}] >= strike)")).collect();
+                if terms.is_empty() {
+                    "(strike > __longlong_as_double(0xfff0000000000000LL))".to_string()
+                } else {
+                    format!(
+                        "(strike > __longlong_as_double(0xfff0000000000000LL)) & !({})",
+                        terms.join(" | ")
+                    )
+                }
             }
-            GpuUnderlying::Max(v) => format!(
-                "fmax(__longlong_as_double(0xfff0000000000000LL), {})",
-                max_tree(v)
-            ),
         };
         format!(
-            "__device__ __forceinline__ double payoff_level(const double* s) {{ return {body}; }}\n"
+            "__device__ __forceinline__ bool payoff_enters(const double* s, double strike) {{ return {body}; }}\n"
         )
     }
 
@@ -210,8 +235,8 @@ fn min_blocks(threads: usize) -> usize {
     (65536 / (threads * REGISTER_BUDGET)).clamp(1, 2048 / threads)
 }
 
-/// The CUDA source of the build kernel: the defines, the payoff's level function
-/// ([`GpuPayoff`], compiled in), then `cuda/regression.cu`. `g` regressions of `n` basis
+/// The CUDA source of the build kernel: the defines (with `D = assets`), the payoff's
+/// entry test ([`GpuPayoff`], compiled in), then `cuda/regression.cu`. `g` regressions of `n` basis
 /// functions (longest chain `deg`) per block, `p` paths per chunk (a power of two, at
 /// most 32), `stages` stage buffers (`stages - 1` chunks copied ahead); the block has
 /// `ceil(g p / 32) + ceil(g tiles / 32)` warps.
@@ -222,12 +247,13 @@ pub fn regression_source(
     (g, p, stages): (usize, usize, usize),
     fma: bool,
     payoff: &GpuPayoff,
+    assets: usize,
 ) -> String {
     let threads = block_threads(n, g, p);
     let (real_f64, min_blocks, use_fma) = (u32::from(f64), min_blocks(threads), u32::from(fma));
     format!(
-        "#define REAL_F64 {real_f64}\n#define N {n}\n#define DEG {deg}\n#define G {g}\n#define P {p}\n#define STAGES {stages}\n#define THREADS {threads}\n#define MIN_BLOCKS {min_blocks}\n#define USE_FMA {use_fma}\n{}{}",
-        payoff.level_source(),
+        "#define REAL_F64 {real_f64}\n#define N {n}\n#define DEG {deg}\n#define G {g}\n#define P {p}\n#define STAGES {stages}\n#define THREADS {threads}\n#define MIN_BLOCKS {min_blocks}\n#define USE_FMA {use_fma}\n#define D {assets}\n{}{}",
+        payoff.enters_source(),
         source_file("regression.cu", REGRESSION_CU)
     )
 }
@@ -292,9 +318,14 @@ impl<T: GpuReal> GpuRegression<T> {
         let (payoff_kind, ua, uw) = spec.payoff.tables();
         let nu = ua.len();
         // psi[2][g][p][nep] (double-buffered), states[st][g][p][d] and y[st][g][p] (stage
-        // buffers), counts[2][g], totals[g], compacted path indices[g][p].
-        let shared =
-            |g: usize| 2 * g * p * nep * es + (st * g * p * d + st * g * p) * 8 + (3 * g + g * p) * 4;
+        // buffers), 32 junk values per preparing warp, counts[2][g], totals[g], compacted
+        // path indices[g][p].
+        let shared = |g: usize| {
+            2 * g * p * nep * es
+                + (st * g * p * d + st * g * p) * 8
+                + (g * p).div_ceil(32) * 32 * es
+                + (3 * g + g * p) * 4
+        };
         let ctx = stream.context();
         let optin = ctx
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?
@@ -347,7 +378,7 @@ impl<T: GpuReal> GpuRegression<T> {
                 limit: optin,
             });
         }
-        let src = regression_source(T::IS_F64, n, deg, (g, p, st), config.fma, &spec.payoff);
+        let src = regression_source(T::IS_F64, n, deg, (g, p, st), config.fma, &spec.payoff, d);
         let (major, minor) = ctx.compute_capability()?;
         let cubin = compile_cubin(&src, "regression.cu", &format!("sm_{major}{minor}"))?;
         let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin))?;
@@ -518,9 +549,9 @@ mod tests {
             kind: GpuOptionKind::Put,
             strike: 1.0,
         };
-        let src = regression_source(false, 30, 1, (6, 16, 3), true, &put);
+        let src = regression_source(false, 30, 1, (6, 16, 3), true, &put, 29);
         assert!(src.starts_with(
-            "#define REAL_F64 0\n#define N 30\n#define DEG 1\n#define G 6\n#define P 16\n#define STAGES 3\n#define THREADS 320\n#define MIN_BLOCKS 2\n#define USE_FMA 1\n"
+            "#define REAL_F64 0\n#define N 30\n#define DEG 1\n#define G 6\n#define P 16\n#define STAGES 3\n#define THREADS 320\n#define MIN_BLOCKS 2\n#define USE_FMA 1\n#define D 29\n"
         ));
     }
 
@@ -538,6 +569,54 @@ mod tests {
             put(GpuUnderlying::Basket(vec![(1, 0.5), (2, 0.25)])).value(&s),
             0.5
         );
+    }
+
+    /// The comparisons `payoff_enters` makes for a maximum (see `enters_source`) decide
+    /// `value > 0` exactly, on prices and strikes with signed zeros, subnormals,
+    /// infinities and NaN.
+    #[test]
+    fn max_entry_test_is_the_payoff_sign() {
+        let specials = [
+            0.0,
+            -0.0,
+            f64::MIN_POSITIVE / 4.0,
+            -f64::MIN_POSITIVE / 4.0,
+            1.0,
+            1.0 + f64::EPSILON,
+            1.0 - f64::EPSILON / 2.0,
+            -1.0,
+            f64::MAX,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+        ];
+        let mut cases = 0;
+        for &strike in &specials {
+            for &a in &specials {
+                for &b in &specials {
+                    for s in [vec![a], vec![a, b], vec![b, a, a]] {
+                        let assets: Vec<usize> = (0..s.len()).collect();
+                        for kind in [GpuOptionKind::Call, GpuOptionKind::Put] {
+                            let payoff = GpuPayoff {
+                                underlying: GpuUnderlying::Max(assets.clone()),
+                                kind,
+                                strike,
+                            };
+                            let reference = payoff.value(&s) > 0.0;
+                            let enters = match kind {
+                                GpuOptionKind::Call => s.iter().any(|&x| x > strike),
+                                GpuOptionKind::Put => {
+                                    strike > f64::NEG_INFINITY && !s.iter().any(|&x| x >= strike)
+                                }
+                            };
+                            assert_eq!(enters, reference, "{kind:?} K={strike} S={s:?}");
+                            cases += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(cases, 12 * 12 * 12 * 3 * 2);
     }
 
     /// Compiles the kernel for a few shapes when libnvrtc is available (not on CI).
@@ -570,7 +649,7 @@ mod tests {
             let payoff = &payoffs[case % payoffs.len()];
             for f64 in [false, true] {
                 for fma in [false, true] {
-                    let src = regression_source(f64, n, deg, (g, p, st), fma, payoff);
+                    let src = regression_source(f64, n, deg, (g, p, st), fma, payoff, 5);
                     if let Err(e) = compile_cubin(&src, "regression.cu", "sm_90") {
                         panic!("{e}");
                     }
