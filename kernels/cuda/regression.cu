@@ -81,6 +81,13 @@ __device__ __forceinline__ void copy_async16(double* dst, const double* src) {
 #endif
 }
 
+// The same on addresses already in the shared and global windows.
+__device__ __forceinline__ void copy_async16_raw(unsigned dst, unsigned long long src) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" : : "r"(dst), "l"(src) : "memory");
+#endif
+}
+
 __device__ __forceinline__ void copy_async_commit() {
 #if __CUDA_ARCH__ >= 800
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -210,14 +217,15 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
             }
         }
         real* const my_junk = junk + 32 * warp + lane;
-        // The path-independent columns of every row of both buffers: 1 (empty chain) and
-        // the zero padding past y.
-        for (int e = tid; e < 2 * G * P * NEP; e += 32 * PREP_WARPS) {
-            const int t = psi_elem(e % NEP);
-            if (t < N && chain_asset_g[t * DEG] < 0)
-                psi[e] = (real)1;
-            else if (t > N)
-                psi[e] = (real)0;
+        // The path-independent columns of every row of both buffers (this lane's
+        // positions that are neither live nor y): 1 for an empty chain, 0 past y.
+#pragma unroll
+        for (int k = 0; k < TPL; ++k) {
+            const int pos = lane + 32 * k;
+            const int t = pos < NEP ? psi_elem(pos) : N;
+            if (!live[k] && t != N)
+                for (int r = warp; r < 2 * G * P; r += PREP_WARPS)
+                    psi[r * NEP + pos] = t < N ? (real)1 : (real)0;
         }
         // 16-byte copies when every (regression, chunk) block of states starts on a
         // 16-byte boundary.
@@ -236,11 +244,17 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
                     const double* s = states + (l0 + gg) * path_stride + (long long)p0 * D;
                     double* dst = raw + (sb * G + gg) * (P * D);
                     if (vec && np == P) {
+#if __CUDA_ARCH__ >= 800
+                        const unsigned dl = (unsigned)__cvta_generic_to_shared(dst + 2 * lane);
+                        const unsigned long long sl =
+                            (unsigned long long)__cvta_generic_to_global(s + 2 * lane);
 #pragma unroll
-                        for (int i = 0; i < (P * D / 2 + 31) / 32; ++i) {
-                            const int r = 2 * (lane + 32 * i);
-                            if (r < P * D) copy_async16(dst + r, s + r);
-                        }
+                        for (int i = 0; i < (P * D / 2 + 31) / 32; ++i)
+                            if (2 * (lane + 32 * i) < P * D)
+                                copy_async16_raw(dl + 512 * i, sl + 512 * i);
+#else
+                        for (int r = 2 * lane; r < P * D; r += 64) copy_async16(dst + r, s + r);
+#endif
                     } else if (vec) {
                         for (int r = 2 * lane; r + 1 < ne; r += 64) copy_async16(dst + r, s + r);
                         if ((ne & 1) && lane == 0) copy_async8(dst + ne - 1, s + ne - 1);
