@@ -13,7 +13,7 @@
 //! engine's shape at 100,000 outer paths: launches of 50,000, with the outer-path stride
 //! of one date's states in the engine's `[l][s][mm][i]` buffer (5 dates) or packed.
 //! Variants: paths per chunk (P), stage buffers (S), regressions per block (G), FMA.
-//! `GPU_PATHS_BENCH_QUICK=1`: f64 only, no batch 65,536, no P8 / FMA variants. CUDA
+//! `GPU_PATHS_BENCH_QUICK=1`: f64 only, no batch 65,536, no FMA / S2 variants. CUDA
 //! events, 2 warm-up runs, median of 10.
 //!
 //! Floors per regression: bytes = states (m d 8) + y (m 8) + lower triangle of A and b
@@ -344,14 +344,7 @@ fn run(report: Option<String>) -> Result<(), GpuError> {
                     ..Default::default()
                 },
             ),
-            (
-                "P8 G8",
-                RegressionConfig {
-                    paths_per_chunk: 8,
-                    regressions_per_block: Some(8),
-                    ..Default::default()
-                },
-            ),
+
             (
                 "P32",
                 RegressionConfig {
@@ -367,6 +360,14 @@ fn run(report: Option<String>) -> Result<(), GpuError> {
                 },
             ),
             (
+                "P8 S3",
+                RegressionConfig {
+                    paths_per_chunk: 8,
+                    stages: 3,
+                    ..Default::default()
+                },
+            ),
+            (
                 "P8 S4",
                 RegressionConfig {
                     paths_per_chunk: 8,
@@ -376,7 +377,7 @@ fn run(report: Option<String>) -> Result<(), GpuError> {
             ),
         ];
         for (v, cfg) in variants {
-            if quick() && (v == "P8" || v == "P16 fma" || v == "P16 S2" || v == "P16 S2 G4") {
+            if quick() && (v == "P16 fma" || v == "P16 S2" || v == "P16 S2 G4") {
                 continue;
             }
             bench_regression::<f64>(&stream, &spec, cfg, v, &states, &y, &mut rows)?;

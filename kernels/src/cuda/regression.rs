@@ -185,15 +185,28 @@ pub struct RegressionConfig {
 }
 
 impl Default for RegressionConfig {
+    /// `paths_per_chunk` [`DEFAULT_PATHS_PER_CHUNK`] and `stages` [`DEFAULT_STAGES`],
+    /// unless the environment sets `CVA_GPU_BUILD_PATHS_PER_CHUNK` or
+    /// `CVA_GPU_BUILD_STAGES` (a tuning override for timing runs; an unparsable value is
+    /// ignored, a value out of range is refused by [`GpuRegression::new`]).
     fn default() -> Self {
+        let env = |name: &str, default: usize| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(default)
+        };
         Self {
             regressions_per_block: None,
-            paths_per_chunk: 16,
-            stages: DEFAULT_STAGES,
+            paths_per_chunk: env("CVA_GPU_BUILD_PATHS_PER_CHUNK", DEFAULT_PATHS_PER_CHUNK),
+            stages: env("CVA_GPU_BUILD_STAGES", DEFAULT_STAGES),
             fma: false,
         }
     }
 }
+
+/// Paths per chunk of the default configuration.
+pub const DEFAULT_PATHS_PER_CHUNK: usize = 16;
 
 /// Stage buffers of the default configuration.
 pub const DEFAULT_STAGES: usize = 2;
@@ -227,8 +240,10 @@ fn block_threads(n: usize, g: usize, p: usize) -> usize {
 }
 
 /// Registers per thread the build kernel is held to (at least): blocks of `threads`
-/// are compiled for `65536 / (threads * REGISTER_BUDGET)` resident blocks per SM.
-const REGISTER_BUDGET: usize = 96;
+/// are compiled for `65536 / (threads * REGISTER_BUDGET)` resident blocks per SM. 80 is
+/// what the f64 kernel needs without spilling in its hot loops (the 4 x 4 tile and its
+/// operands); 96 gave blocks of 352 threads (8 regressions of 8 paths) one block per SM.
+const REGISTER_BUDGET: usize = 80;
 
 /// Resident blocks of `threads` per SM the kernel is compiled for (`MIN_BLOCKS`).
 fn min_blocks(threads: usize) -> usize {
