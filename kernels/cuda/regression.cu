@@ -18,7 +18,8 @@
 // G (regressions per block), P (paths per chunk, a power of two
 // <= 32), STAGES (stage buffers of raw states: STAGES - 1 chunks are copied ahead of the
 // one being prepared, >= 2), THREADS (block size, a multiple of 32, >= G * NT and >= G * P),
-// USE_FMA, D (assets per state), and `bool payoff_enters(const double* s, double strike)`
+// USE_FMA, TILE_PREFETCH (the tile threads load the next row's tile-row values before
+// the current row's products), D (assets per state), and `bool payoff_enters(const double* s, double strike)`
 // (a device function of the asset prices of one path, generated from the payoff with its
 // assets, weights and call/put as constants: payoff > 0 decided exactly as the CPU's
 // GpuPayoff::value(s) > 0 would, see regression.rs).
@@ -343,6 +344,24 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
             if (acc_thread) {
                 const int cn = cnt[buf * G + ag];
                 const real* base = psi + buf * (G * P * NEP) + ag * P * NEP;
+#if TILE_PREFETCH
+                // The next row's tile-row values are loaded before this row's products
+                // (the column values too would not fit the register budget).
+                real rv[4];
+                if (cn > 0) load_quad(base, tr, rv);
+#pragma unroll 1
+                for (int slot = 0; slot < cn; ++slot) {
+                    real cv[4], rn[4];
+                    load_quad(base + slot * NEP, tc, cv);
+                    load_quad(base + min(slot + 1, P - 1) * NEP, tr, rn);
+#pragma unroll
+                    for (int i = 0; i < 4; ++i)
+#pragma unroll
+                        for (int j = 0; j < 4; ++j) acc[i][j] = MADD(rv[i], cv[j], acc[i][j]);
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) rv[i] = rn[i];
+                }
+#else
 #pragma unroll 2
                 for (int slot = 0; slot < cn; ++slot) {
                     real rv[4], cv[4];
@@ -353,6 +372,7 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
 #pragma unroll
                         for (int j = 0; j < 4; ++j) acc[i][j] = MADD(rv[i], cv[j], acc[i][j]);
                 }
+#endif
             }
             if (c + 2 < chunks) named_arrive(3 + buf);  // psi[buf] may be refilled
         }

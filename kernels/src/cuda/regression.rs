@@ -109,15 +109,14 @@ impl GpuPayoff {
         };
         let body = match &self.underlying {
             GpuUnderlying::Asset(i) => from_level(format!("s[{i}]")),
-            GpuUnderlying::Basket(w) => from_level(w.iter().fold(
-                "0.0".to_string(),
-                |acc, &(i, wi)| {
+            GpuUnderlying::Basket(w) => {
+                from_level(w.iter().fold("0.0".to_string(), |acc, &(i, wi)| {
                     format!(
                         "({acc} + __longlong_as_double(0x{:016x}LL) * s[{i}])",
                         wi.to_bits()
                     )
-                },
-            )),
+                }))
+            }
             GpuUnderlying::Max(v) if !put => {
                 let terms: Vec<String> = v.iter().map(|i| format!("(s[{i}] > strike)")).collect();
                 if terms.is_empty() {
@@ -127,8 +126,7 @@ impl GpuPayoff {
                 }
             }
             GpuUnderlying::Max(v) => {
-                let terms: Vec<String> =
-                    v.iter().map(|i| format!("(s[{i}] >= strike)")).collect();
+                let terms: Vec<String> = v.iter().map(|i| format!("(s[{i}] >= strike)")).collect();
                 if terms.is_empty() {
                     "(strike > __longlong_as_double(0xfff0000000000000LL))".to_string()
                 } else {
@@ -182,13 +180,17 @@ pub struct RegressionConfig {
     pub stages: usize,
     /// Fused multiply-adds in the accumulation (faster, no longer bitwise the CPU's).
     pub fma: bool,
+    /// The tile threads load the next path's tile-row values before the current path's
+    /// products (same arithmetic, in the same order).
+    pub prefetch: bool,
 }
 
 impl Default for RegressionConfig {
-    /// `paths_per_chunk` [`DEFAULT_PATHS_PER_CHUNK`] and `stages` [`DEFAULT_STAGES`],
-    /// unless the environment sets `CVA_GPU_BUILD_PATHS_PER_CHUNK` or
-    /// `CVA_GPU_BUILD_STAGES` (a tuning override for timing runs; an unparsable value is
-    /// ignored, a value out of range is refused by [`GpuRegression::new`]).
+    /// `paths_per_chunk` [`DEFAULT_PATHS_PER_CHUNK`], `stages` [`DEFAULT_STAGES`], no
+    /// prefetch, unless the environment sets `CVA_GPU_BUILD_PATHS_PER_CHUNK`,
+    /// `CVA_GPU_BUILD_STAGES` or `CVA_GPU_BUILD_PREFETCH` (tuning overrides for timing
+    /// runs; an unparsable value is ignored, a value out of range is refused by
+    /// [`GpuRegression::new`]).
     fn default() -> Self {
         let env = |name: &str, default: usize| {
             std::env::var(name)
@@ -201,6 +203,7 @@ impl Default for RegressionConfig {
             paths_per_chunk: env("CVA_GPU_BUILD_PATHS_PER_CHUNK", DEFAULT_PATHS_PER_CHUNK),
             stages: env("CVA_GPU_BUILD_STAGES", DEFAULT_STAGES),
             fma: false,
+            prefetch: env("CVA_GPU_BUILD_PREFETCH", 0) != 0,
         }
     }
 }
@@ -260,14 +263,15 @@ pub fn regression_source(
     n: usize,
     deg: usize,
     (g, p, stages): (usize, usize, usize),
-    fma: bool,
+    (fma, prefetch): (bool, bool),
     payoff: &GpuPayoff,
     assets: usize,
 ) -> String {
     let threads = block_threads(n, g, p);
     let (real_f64, min_blocks, use_fma) = (u32::from(f64), min_blocks(threads), u32::from(fma));
+    let prefetch = u32::from(prefetch);
     format!(
-        "#define REAL_F64 {real_f64}\n#define N {n}\n#define DEG {deg}\n#define G {g}\n#define P {p}\n#define STAGES {stages}\n#define THREADS {threads}\n#define MIN_BLOCKS {min_blocks}\n#define USE_FMA {use_fma}\n#define D {assets}\n{}{}",
+        "#define REAL_F64 {real_f64}\n#define N {n}\n#define DEG {deg}\n#define G {g}\n#define P {p}\n#define STAGES {stages}\n#define THREADS {threads}\n#define MIN_BLOCKS {min_blocks}\n#define USE_FMA {use_fma}\n#define TILE_PREFETCH {prefetch}\n#define D {assets}\n{}{}",
         payoff.enters_source(),
         source_file("regression.cu", REGRESSION_CU)
     )
@@ -393,7 +397,15 @@ impl<T: GpuReal> GpuRegression<T> {
                 limit: optin,
             });
         }
-        let src = regression_source(T::IS_F64, n, deg, (g, p, st), config.fma, &spec.payoff, d);
+        let src = regression_source(
+            T::IS_F64,
+            n,
+            deg,
+            (g, p, st),
+            (config.fma, config.prefetch),
+            &spec.payoff,
+            d,
+        );
         let (major, minor) = ctx.compute_capability()?;
         let cubin = compile_cubin(&src, "regression.cu", &format!("sm_{major}{minor}"))?;
         let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin))?;
@@ -564,9 +576,9 @@ mod tests {
             kind: GpuOptionKind::Put,
             strike: 1.0,
         };
-        let src = regression_source(false, 30, 1, (6, 16, 3), true, &put, 29);
+        let src = regression_source(false, 30, 1, (6, 16, 3), (true, false), &put, 29);
         assert!(src.starts_with(
-            "#define REAL_F64 0\n#define N 30\n#define DEG 1\n#define G 6\n#define P 16\n#define STAGES 3\n#define THREADS 320\n#define MIN_BLOCKS 2\n#define USE_FMA 1\n#define D 29\n"
+            "#define REAL_F64 0\n#define N 30\n#define DEG 1\n#define G 6\n#define P 16\n#define STAGES 3\n#define THREADS 320\n#define MIN_BLOCKS 2\n#define USE_FMA 1\n#define TILE_PREFETCH 0\n#define D 29\n"
         ));
     }
 
@@ -664,7 +676,7 @@ mod tests {
             let payoff = &payoffs[case % payoffs.len()];
             for f64 in [false, true] {
                 for fma in [false, true] {
-                    let src = regression_source(f64, n, deg, (g, p, st), fma, payoff, 5);
+                    let src = regression_source(f64, n, deg, (g, p, st), (fma, fma), payoff, 5);
                     if let Err(e) = compile_cubin(&src, "regression.cu", "sm_90") {
                         panic!("{e}");
                     }
