@@ -355,9 +355,10 @@ impl<T: GpuReal> GpuRegression<T> {
                 // The most regressions resident per SM (blocks estimated from the shared
                 // memory, 1 kB reserved per block, and the register budget), then the
                 // most blocks (blocks wait at their barriers independently: on the H100,
-                // f64 n = 30, 3 blocks of 4 built 17.6 M/s against 15.9 for 2 of 6), then
-                // the best ratio of tile threads to tile-warp threads, then fewer per
-                // block; at most 512 threads per block.
+                // f64 n = 30, the round-2 kernel built 17.6 M/s with 3 blocks of 4
+                // against 15.9 for 2 of 6), then the best ratio of tile threads to
+                // tile-warp threads, then fewer per block; at most 512 threads per
+                // block. For f64, n = 30, P = 16 this is G = 7, 2 blocks (14 resident).
                 let sm_shared = ctx
                     .attribute(
                         CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
