@@ -17,11 +17,23 @@
 // Defines (from the host): REAL_F64, N (basis size), DEG (longest chain, >= 1),
 // G (regressions per block), P (paths per chunk, a power of two
 // <= 32), STAGES (stage buffers of raw states: STAGES - 1 chunks are copied ahead of the
-// one being prepared, >= 2), THREADS (block size, a multiple of 32, >= G * NT and >= G * P), USE_FMA.
+// one being prepared, >= 2), THREADS (block size, a multiple of 32, >= G * NT and >= G * P),
+// USE_FMA, TILE_PREFETCH (the tile threads load the next row's tile-row values before
+// the current row's products), D (assets per state), and `bool payoff_enters(const double* s, double strike)`
+// (a device function of the asset prices of one path, generated from the payoff with its
+// assets, weights and call/put as constants: payoff > 0 decided exactly as the CPU's
+// GpuPayoff::value(s) > 0 would, see regression.rs).
 //
 // Shared memory (dynamic, 16-byte aligned): psi[2][G][P][NEP] real |
-// raw[STAGES][G][P][d] double | yraw[STAGES][G][P] double | chain_inv[N][DEG] double | uw[nu] double | cnt[G] int |
-// total[G] int | chain_asset[N][DEG] int | ua[nu] int | src[G][P] int.
+// raw[STAGES][G][P][D] double | yraw[STAGES][G][P] double | junk[PREP_WARPS][32] real |
+// cnt[2][G] int | total[G] int |
+// src[G][P] int. A psi row holds element t at psi_pos(t): in f64 the first two values
+// of every 4-group t = 4q.. in the row's first half (at 2q), the last two in its second
+// half, so that the 16-byte loads of the tile threads of one row hit distinct banks.
+// Preparing lane `lane` writes row position lane (+ 32 k), i.e. element psi_elem(pos), so
+// that its stores are conflict-free too. The columns that do not depend on the path (the
+// constant basis function, the zero padding past y) are written once, at the start, in
+// every row of both buffers; the others (basis values, y) for each chunk.
 
 #if REAL_F64
 typedef double real;
@@ -42,22 +54,6 @@ typedef float real;
 #define MADD(a, b, acc) ((acc) + (a) * (b))
 #endif
 
-// Payoff kinds: level = S[a0] (0), sum_k w_k S[a_k] (1), max_k S[a_k] (2); call or put.
-__device__ __forceinline__ double payoff_of(const double* s, int kind, int put, double strike,
-                                            const int* ua, const double* uw, int nu) {
-    double level;
-    if (kind == 0) {
-        level = s[ua[0]];
-    } else if (kind == 1) {
-        level = 0.0;
-        for (int k = 0; k < nu; ++k) level = level + uw[k] * s[ua[k]];
-    } else {
-        level = __longlong_as_double(0xfff0000000000000ULL);  // -infinity
-        for (int k = 0; k < nu; ++k) level = fmax(level, s[ua[k]]);
-    }
-    return put ? fmax(strike - level, 0.0) : fmax(level - strike, 0.0);
-}
-
 // 8-byte asynchronous copy global -> shared (sm_80 and later; a plain copy before).
 __device__ __forceinline__ void copy_async8(double* dst, const double* src) {
 #if __CUDA_ARCH__ >= 800
@@ -71,6 +67,28 @@ __device__ __forceinline__ void copy_async8(double* dst, const double* src) {
 #endif
 }
 
+// 16-byte asynchronous copy global -> shared, both addresses 16-byte aligned (bypasses
+// L1: every state is read once).
+__device__ __forceinline__ void copy_async16(double* dst, const double* src) {
+#if __CUDA_ARCH__ >= 800
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("{\n\t.reg .u64 g;\n\tcvta.to.global.u64 g, %1;\n\tcp.async.cg.shared.global [%0], [g], 16;\n\t}"
+                 :
+                 : "r"(d), "l"(src)
+                 : "memory");
+#else
+    dst[0] = src[0];
+    dst[1] = src[1];
+#endif
+}
+
+// The same on addresses already in the shared and global windows.
+__device__ __forceinline__ void copy_async16_raw(unsigned dst, unsigned long long src) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" : : "r"(dst), "l"(src) : "memory");
+#endif
+}
+
 __device__ __forceinline__ void copy_async_commit() {
 #if __CUDA_ARCH__ >= 800
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -80,6 +98,27 @@ __device__ __forceinline__ void copy_async_commit() {
 #define PREP_WARPS ((G * P + 31) / 32)
 #define TILE_WARPS ((G * NT + 31) / 32)
 #define GROUPS_PER_WARP (32 / P)
+// Psi columns per preparing lane (lane t, t + 32, ...).
+#define TPL ((NEP + 31) / 32)
+
+// Position of element t in a psi row (see the header).
+__device__ __forceinline__ int psi_pos(int t) {
+#if REAL_F64
+    return ((t & 3) >> 1) * (NEP / 2) + 2 * (t >> 2) + (t & 1);
+#else
+    return t;
+#endif
+}
+
+// Element stored at position pos of a psi row (the inverse of psi_pos).
+__device__ __forceinline__ int psi_elem(int pos) {
+#if REAL_F64
+    const int h = pos / (NEP / 2), r = pos - h * (NEP / 2);
+    return 4 * (r >> 1) + 2 * h + (r & 1);
+#else
+    return pos;
+#endif
+}
 
 __device__ __forceinline__ void named_sync(int id) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(THREADS) : "memory");
@@ -96,12 +135,30 @@ __device__ __forceinline__ void copy_async_wait() {
 #endif
 }
 
+// The 4 values of tile row `q` of a psi row (elements 4q .. 4q + 3).
+__device__ __forceinline__ void load_quad(const real* row, int q, real v[4]) {
+#if REAL_F64
+    const double2 lo = *(const double2*)(row + 2 * q);
+    const double2 hi = *(const double2*)(row + NEP / 2 + 2 * q);
+    v[0] = lo.x;
+    v[1] = lo.y;
+    v[2] = hi.x;
+    v[3] = hi.y;
+#else
+    const float4 f = *(const float4*)(row + 4 * q);
+    v[0] = f.x;
+    v[1] = f.y;
+    v[2] = f.z;
+    v[3] = f.w;
+#endif
+}
+
 // states: element (l, mm, i) at states[l * path_stride + mm * d + i] (the inner states
 // at the exercise date); y: (l, mm) at y[l * m + mm]. A: batch x N x N column-major,
 // lower triangle written (upper untouched); B: batch x N; counts: batch.
 // chain_asset / chain_inv: N x DEG, for basis function t the asset index and 1/S_0 of
-// each factor from the root, -1 after the last. Payoff: kind, put, strike and the
-// nu (asset, weight) pairs in ua / uw (max reads ua only).
+// each factor from the root, -1 after the last. Payoff: strike (the rest is compiled
+// into payoff_enters; kind, put, ua, uw, nu and d (= D) are not read).
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 ENTRY(regression_build)(const double* __restrict__ states, long long path_stride,
                         const double* __restrict__ y, real* __restrict__ A,
@@ -113,29 +170,16 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
     extern __shared__ __align__(16) unsigned char smem[];
     real* psi = (real*)smem;
     double* raw = (double*)(psi + 2 * G * P * NEP);
-    double* yraw = raw + STAGES * G * P * d;
-    double* chain_inv = yraw + STAGES * G * P;
-    double* uw = chain_inv + N * DEG;
-    int* cnt = (int*)(uw + nu);
+    double* yraw = raw + STAGES * G * P * D;
+    real* junk = (real*)(yraw + STAGES * G * P);
+    int* cnt = (int*)(junk + 32 * PREP_WARPS);
     int* total = cnt + 2 * G;
-    int* chain_asset = total + G;
-    int* ua = chain_asset + N * DEG;
-    int* src = ua + nu;
+    int* src = total + G;
 
     const int tid = threadIdx.x;
     const int lane = tid & 31, warp = tid >> 5;
     const long long l0 = (long long)blockIdx.x * G;
     const int chunks = (m + P - 1) / P;
-
-    for (int e = tid; e < N * DEG; e += THREADS) {
-        chain_asset[e] = chain_asset_g[e];
-        chain_inv[e] = chain_inv_g[e];
-    }
-    for (int e = tid; e < nu; e += THREADS) {
-        ua[e] = ua_g[e];
-        uw[e] = uw_g[e];
-    }
-    __syncthreads();
 
     // Tile threads (of the tile warps): regression ag, tile row tr, tile column tc <= tr.
     const int a = tid - 32 * PREP_WARPS;
@@ -155,18 +199,69 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
     if (warp < PREP_WARPS) {
         // This lane's path slot: regression g (may be >= G), path p of the chunk.
         const int g = tid / P, p = tid - g * P;
+        // This lane's row positions lane + 32 k: element t = psi_elem(pos); `live` when t
+        // is a basis function with a non-empty chain (its factors in registers). The other
+        // lanes compute a throw-away value from asset 0 and store it into their warp's
+        // junk slots, so that every row is the same instructions for every lane.
+        int cha[TPL][DEG];
+        double chi[TPL][DEG];
+        bool live[TPL];
+#pragma unroll
+        for (int k = 0; k < TPL; ++k) {
+            const int pos = lane + 32 * k;
+            const int t = pos < NEP ? psi_elem(pos) : NEP;
+            live[k] = t < N && chain_asset_g[t * DEG] >= 0;
+#pragma unroll
+            for (int e = 0; e < DEG; ++e) {
+                cha[k][e] = live[k] ? chain_asset_g[t * DEG + e] : (e == 0 ? 0 : -1);
+                chi[k][e] = live[k] ? chain_inv_g[t * DEG + e] : 0.0;
+            }
+        }
+        real* const my_junk = junk + 32 * warp + lane;
+        // The path-independent columns of every row of both buffers (this lane's
+        // positions that are neither live nor y): 1 for an empty chain, 0 past y.
+#pragma unroll
+        for (int k = 0; k < TPL; ++k) {
+            const int pos = lane + 32 * k;
+            const int t = pos < NEP ? psi_elem(pos) : N;
+            if (!live[k] && t != N)
+                for (int r = warp; r < 2 * G * P; r += PREP_WARPS)
+                    psi[r * NEP + pos] = t < N ? (real)1 : (real)0;
+        }
+        // 16-byte copies when every (regression, chunk) block of states starts on a
+        // 16-byte boundary.
+        const bool vec = (((unsigned long long)states) & 15) == 0 && (path_stride & 1) == 0 &&
+                         ((P * D) & 1) == 0;
         // Copies of chunk c of this warp's regressions into stage buffer c % STAGES, as
         // one commit group (empty past the last chunk, so that every iteration commits
         // one group and the wait below keeps a constant count).
         auto stage = [&](int c) {
             if (c < chunks) {
-                const int p0 = c * P, np = min(P, m - p0), sb = c % STAGES;
+                const int p0 = c * P, np = min(P, m - p0), sb = c % STAGES, ne = np * D;
+#pragma unroll 1
                 for (int j = 0; j < GROUPS_PER_WARP; ++j) {
                     const int gg = warp * GROUPS_PER_WARP + j;
                     if (gg >= G || l0 + gg >= batch) break;
-                    const double* s = states + (l0 + gg) * path_stride + (long long)p0 * d;
-                    double* dst = raw + (sb * G + gg) * (P * d);
-                    for (int r = lane; r < np * d; r += 32) copy_async8(dst + r, s + r);
+                    const double* s = states + (l0 + gg) * path_stride + (long long)p0 * D;
+                    double* dst = raw + (sb * G + gg) * (P * D);
+                    if (vec && np == P) {
+#if __CUDA_ARCH__ >= 800
+                        const unsigned dl = (unsigned)__cvta_generic_to_shared(dst + 2 * lane);
+                        const unsigned long long sl =
+                            (unsigned long long)__cvta_generic_to_global(s + 2 * lane);
+#pragma unroll
+                        for (int i = 0; i < (P * D / 2 + 31) / 32; ++i)
+                            if (2 * (lane + 32 * i) < P * D)
+                                copy_async16_raw(dl + 512 * i, sl + 512 * i);
+#else
+                        for (int r = 2 * lane; r < P * D; r += 64) copy_async16(dst + r, s + r);
+#endif
+                    } else if (vec) {
+                        for (int r = 2 * lane; r + 1 < ne; r += 64) copy_async16(dst + r, s + r);
+                        if ((ne & 1) && lane == 0) copy_async8(dst + ne - 1, s + ne - 1);
+                    } else {
+                        for (int r = lane; r < ne; r += 32) copy_async8(dst + r, s + r);
+                    }
                 }
                 if (g < G && l0 + g < batch && p < np)
                     copy_async8(yraw + (sb * G + g) * P + p, y + (l0 + g) * m + p0 + p);
@@ -184,50 +279,54 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
             stage(c + STAGES - 1);
             copy_async_wait<STAGES - 1>();  // chunk c's group is complete
             __syncwarp();  // chunk c's copies by every lane of the warp are visible
-            if (c >= 2) named_sync(3 + buf);  // the tile warps are done with psi[buf]
-            const double* rb = raw + sb * (G * P * d);
+            const double* rb = raw + sb * (G * P * D);
             const double* yb = yraw + sb * (G * P);
-            real* pb = psi + buf * (G * P * NEP);
-            // Which paths enter.
-            bool f = false;
-            if (g < G && l0 + g < batch && p < np)
-                f = !itm_only || payoff_of(rb + tid * d, kind, put, strike, ua, uw, nu) > 0.0;
+            // Which paths enter (before waiting for the psi buffer).
+            const bool mine = g < G && l0 + g < batch && p < np;
+            const bool f = mine && (!itm_only || payoff_enters(rb + tid * D, strike));
             const unsigned mask = __ballot_sync(0xffffffffu, f);
             // Compaction: an entering path's lane writes its index at its rank among the
             // entering paths of its regression (the bits of its lane group below it).
             const int j0 = lane / P;
             const unsigned group = P == 32 ? mask : (mask >> (j0 * P)) & ((1u << (P & 31)) - 1u);
+            const int gcn = __popc(group);
             if (f) src[g * P + __popc(group & ((1u << p) - 1u))] = p;
             __syncwarp();
-            // Basis values (and y, and zero padding) of the entering paths, in order:
-            // element (slot, t) of the group's compacted rows, lanes over consecutive t.
+            if (c >= 2) named_sync(3 + buf);  // the tile warps are done with psi[buf]
+            real* pb = psi + buf * (G * P * NEP);
+            // y of the entering paths: lane p of group g writes slot p.
+            if (g < G && p < gcn)
+                pb[(g * P + p) * NEP + psi_pos(N)] =
+                    (real)yb[g * P + (gcn == np ? p : src[g * P + p])];
+            // Basis values of the entering paths, in order: one row per compacted slot,
+            // lanes over the row's positions.
 #pragma unroll 1
             for (int j = 0; j < GROUPS_PER_WARP; ++j) {
                 const int gg = warp * GROUPS_PER_WARP + j;
                 if (gg >= G) break;
                 const unsigned bits = P == 32 ? mask : (mask >> (j * P)) & ((1u << (P & 31)) - 1u);
                 const int cn = __popc(bits);
-                real* out = pb + gg * (P * NEP);
-#pragma unroll 4
-                for (int q = lane; q < cn * NEP; q += 32) {
-                    const int slot = q / NEP, t = q - slot * NEP;
-                    const int pp = src[gg * P + slot];
-                    real v;
-                    if (t < N) {
-                        const double* s = rb + (gg * P + pp) * d;
-                        double x = 1.0;
-                        for (int k = 0; k < DEG; ++k) {
-                            const int a = chain_asset[t * DEG + k];
-                            if (a < 0) break;
-                            x = x * (s[a] * chain_inv[t * DEG + k]);
-                        }
-                        v = (real)x;
-                    } else if (t == N) {
-                        v = (real)yb[gg * P + pp];
-                    } else {
-                        v = (real)0;
+                const double* rg = rb + gg * (P * D);
+                const int* sg = src + gg * P;
+                real* out = pb + gg * (P * NEP) + lane;
+                auto row = [&](int slot, int pp) {
+                    const double* sp = rg + pp * D;
+#pragma unroll
+                    for (int k = 0; k < TPL; ++k) {
+                        // x = 1, then x = x * (S[asset] * inv_spot) along the chain.
+                        double x = 1.0 * (sp[cha[k][0]] * chi[k][0]);
+#pragma unroll
+                        for (int e = 1; e < DEG; ++e)
+                            if (cha[k][e] >= 0) x = x * (sp[cha[k][e]] * chi[k][e]);
+                        *(live[k] ? out + slot * NEP + 32 * k : my_junk) = (real)x;
                     }
-                    out[q] = v;
+                };
+                if (cn == np) {  // every path of the chunk enters: slot = path
+#pragma unroll 4
+                    for (int slot = 0; slot < cn; ++slot) row(slot, slot);
+                } else {
+#pragma unroll 4
+                    for (int slot = 0; slot < cn; ++slot) row(slot, sg[slot]);
                 }
                 if (lane == 0) {
                     cnt[buf * G + gg] = cn;
@@ -245,27 +344,35 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
             if (acc_thread) {
                 const int cn = cnt[buf * G + ag];
                 const real* base = psi + buf * (G * P * NEP) + ag * P * NEP;
+#if TILE_PREFETCH
+                // The next row's tile-row values are loaded before this row's products
+                // (the column values too would not fit the register budget).
+                real rv[4];
+                if (cn > 0) load_quad(base, tr, rv);
+#pragma unroll 1
                 for (int slot = 0; slot < cn; ++slot) {
-                    const real* row = base + slot * NEP;
-                    real rv[4], cv[4];
-#if REAL_F64
-                    const double2 r01 = ((const double2*)(row + 4 * tr))[0];
-                    const double2 r23 = ((const double2*)(row + 4 * tr))[1];
-                    const double2 c01 = ((const double2*)(row + 4 * tc))[0];
-                    const double2 c23 = ((const double2*)(row + 4 * tc))[1];
-                    rv[0] = r01.x; rv[1] = r01.y; rv[2] = r23.x; rv[3] = r23.y;
-                    cv[0] = c01.x; cv[1] = c01.y; cv[2] = c23.x; cv[3] = c23.y;
+                    real cv[4], rn[4];
+                    load_quad(base + slot * NEP, tc, cv);
+                    load_quad(base + min(slot + 1, P - 1) * NEP, tr, rn);
+#pragma unroll
+                    for (int i = 0; i < 4; ++i)
+#pragma unroll
+                        for (int j = 0; j < 4; ++j) acc[i][j] = MADD(rv[i], cv[j], acc[i][j]);
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) rv[i] = rn[i];
+                }
 #else
-                    const float4 r4 = *(const float4*)(row + 4 * tr);
-                    const float4 c4 = *(const float4*)(row + 4 * tc);
-                    rv[0] = r4.x; rv[1] = r4.y; rv[2] = r4.z; rv[3] = r4.w;
-                    cv[0] = c4.x; cv[1] = c4.y; cv[2] = c4.z; cv[3] = c4.w;
-#endif
+#pragma unroll 2
+                for (int slot = 0; slot < cn; ++slot) {
+                    real rv[4], cv[4];
+                    load_quad(base + slot * NEP, tr, rv);
+                    load_quad(base + slot * NEP, tc, cv);
 #pragma unroll
                     for (int i = 0; i < 4; ++i)
 #pragma unroll
                         for (int j = 0; j < 4; ++j) acc[i][j] = MADD(rv[i], cv[j], acc[i][j]);
                 }
+#endif
             }
             if (c + 2 < chunks) named_arrive(3 + buf);  // psi[buf] may be refilled
         }

@@ -12,8 +12,9 @@
 //! every state is still read from device memory: 36.5 GB is far beyond L2), and the
 //! engine's shape at 100,000 outer paths: launches of 50,000, with the outer-path stride
 //! of one date's states in the engine's `[l][s][mm][i]` buffer (5 dates) or packed.
-//! Variants: paths per chunk (P), stage buffers (S), regressions per block (G), FMA.
-//! `GPU_PATHS_BENCH_QUICK=1`: f64 only, no batch 65,536, no P8 / FMA variants. CUDA
+//! Variants: paths per chunk (P), stage buffers (S), regressions per block (G), FMA,
+//! prefetch of the next path's tile-row values (pf).
+//! `GPU_PATHS_BENCH_QUICK=1`: f64 only, no batch 65,536, P16 and P8 variants only. CUDA
 //! events, 2 warm-up runs, median of 10.
 //!
 //! Floors per regression: bytes = states (m d 8) + y (m 8) + lower triangle of A and b
@@ -359,6 +360,29 @@ fn run(report: Option<String>) -> Result<(), GpuError> {
                 },
             ),
             (
+                "P16 pf",
+                RegressionConfig {
+                    prefetch: true,
+                    ..Default::default()
+                },
+            ),
+            (
+                "P8 pf",
+                RegressionConfig {
+                    paths_per_chunk: 8,
+                    prefetch: true,
+                    ..Default::default()
+                },
+            ),
+            (
+                "P8 S3",
+                RegressionConfig {
+                    paths_per_chunk: 8,
+                    stages: 3,
+                    ..Default::default()
+                },
+            ),
+            (
                 "P8 S4",
                 RegressionConfig {
                     paths_per_chunk: 8,
@@ -368,7 +392,7 @@ fn run(report: Option<String>) -> Result<(), GpuError> {
             ),
         ];
         for (v, cfg) in variants {
-            if quick() && (v == "P8" || v == "P16 fma") {
+            if quick() && matches!(v, "P16 fma" | "P16 S2" | "P16 S2 G4" | "P16 S4" | "P32") {
                 continue;
             }
             bench_regression::<f64>(&stream, &spec, cfg, v, &states, &y, &mut rows)?;

@@ -627,28 +627,32 @@ fn regression_matches_cpu<T: GpuReal>(tol: f64) {
     let Some(stream) = stream() else { return };
     let mut failures = Vec::new();
     for (i, (name, spec, batch)) in regression_cases().into_iter().enumerate() {
-        for (paths_per_chunk, stages, fma) in [
-            (16, 3, false),
-            (16, 3, true),
-            (16, 2, false),
-            (16, 4, false),
-            (32, 3, false),
-            (8, 5, false),
-            (1, 2, false),
-            (1, 8, false),
+        for (paths_per_chunk, stages, fma, prefetch) in [
+            (16, 3, false, false),
+            (16, 3, true, false),
+            (16, 2, false, false),
+            (16, 2, false, true),
+            (16, 4, false, false),
+            (32, 3, false, false),
+            (8, 5, false, false),
+            (8, 2, false, true),
+            (1, 2, false, false),
+            (1, 8, false, true),
         ] {
             let config = RegressionConfig {
                 fma,
                 paths_per_chunk,
                 stages,
+                prefetch,
                 ..Default::default()
             };
             let (equal, total, err) =
                 regression_case::<T>(&stream, &spec, batch, 100 + i as u64, config);
             println!(
-                "regression {} {name} [P={paths_per_chunk} S={stages}{}]: {equal} of {total} entries bitwise equal to the CPU, max error {err:.3e} (relative to max |entry|)",
+                "regression {} {name} [P={paths_per_chunk} S={stages}{}{}]: {equal} of {total} entries bitwise equal to the CPU, max error {err:.3e} (relative to max |entry|)",
                 T::NAME,
-                if fma { ", fma" } else { "" }
+                if fma { ", fma" } else { "" },
+                if prefetch { ", prefetch" } else { "" }
             );
             if err > tol {
                 failures.push(format!(
@@ -657,7 +661,7 @@ fn regression_matches_cpu<T: GpuReal>(tol: f64) {
             }
             if !fma && equal != total {
                 failures.push(format!(
-                    "{name} P={paths_per_chunk} S={stages}: {equal} of {total} bitwise equal to the CPU sums"
+                    "{name} P={paths_per_chunk} S={stages} prefetch={prefetch}: {equal} of {total} bitwise equal to the CPU sums"
                 ));
             }
         }

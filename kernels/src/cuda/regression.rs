@@ -83,6 +83,65 @@ impl GpuPayoff {
         }
     }
 
+    /// The device function `bool payoff_enters(const double* s, double strike)` of the
+    /// build kernel: whether [`Self::value`] of the asset prices `s` is `> 0`, decided
+    /// exactly as that comparison (with this payoff's strike passed in), the assets,
+    /// weights and call/put compiled in (weights as exact bit patterns).
+    ///
+    /// An asset or basket level is formed with the operations of [`Self::value`] in its
+    /// order, then `fmax(level - K, 0) > 0` (call) or `fmax(K - level, 0) > 0` (put).
+    /// On the maximum the comparison is taken apart instead: `value > 0` is
+    /// `level - K > 0` (call), and since `a - b > 0` exactly when `a > b` in IEEE
+    /// arithmetic with subnormals (also for infinities and NaN) and the fold of `max`
+    /// from `-inf` is the largest non-NaN price, or `-inf` if there is none, a call
+    /// enters when some price `S_k > K` and a put (`K - level > 0`, i.e. `K > level`)
+    /// when `K > -inf` and no price has `S_k >= K` (a NaN price compares false): one
+    /// predicated comparison per asset instead of a chain of `fmax`.
+    fn enters_source(&self) -> String {
+        let put = self.kind == GpuOptionKind::Put;
+        let from_level = |level: String| {
+            let gap = if put {
+                format!("strike - ({level})")
+            } else {
+                format!("({level}) - strike")
+            };
+            format!("fmax({gap}, 0.0) > 0.0")
+        };
+        let body = match &self.underlying {
+            GpuUnderlying::Asset(i) => from_level(format!("s[{i}]")),
+            GpuUnderlying::Basket(w) => {
+                from_level(w.iter().fold("0.0".to_string(), |acc, &(i, wi)| {
+                    format!(
+                        "({acc} + __longlong_as_double(0x{:016x}LL) * s[{i}])",
+                        wi.to_bits()
+                    )
+                }))
+            }
+            GpuUnderlying::Max(v) if !put => {
+                let terms: Vec<String> = v.iter().map(|i| format!("(s[{i}] > strike)")).collect();
+                if terms.is_empty() {
+                    "false".to_string()
+                } else {
+                    terms.join(" | ")
+                }
+            }
+            GpuUnderlying::Max(v) => {
+                let terms: Vec<String> = v.iter().map(|i| format!("(s[{i}] >= strike)")).collect();
+                if terms.is_empty() {
+                    "(strike > __longlong_as_double(0xfff0000000000000LL))".to_string()
+                } else {
+                    format!(
+                        "(strike > __longlong_as_double(0xfff0000000000000LL)) & !({})",
+                        terms.join(" | ")
+                    )
+                }
+            }
+        };
+        format!(
+            "__device__ __forceinline__ bool payoff_enters(const double* s, double strike) {{ return {body}; }}\n"
+        )
+    }
+
     fn max_asset(&self) -> Option<usize> {
         match &self.underlying {
             GpuUnderlying::Asset(i) => Some(*i),
@@ -121,18 +180,36 @@ pub struct RegressionConfig {
     pub stages: usize,
     /// Fused multiply-adds in the accumulation (faster, no longer bitwise the CPU's).
     pub fma: bool,
+    /// The tile threads load the next path's tile-row values before the current path's
+    /// products (same arithmetic, in the same order).
+    pub prefetch: bool,
 }
 
 impl Default for RegressionConfig {
+    /// `paths_per_chunk` [`DEFAULT_PATHS_PER_CHUNK`], `stages` [`DEFAULT_STAGES`], no
+    /// prefetch, unless the environment sets `CVA_GPU_BUILD_PATHS_PER_CHUNK`,
+    /// `CVA_GPU_BUILD_STAGES` or `CVA_GPU_BUILD_PREFETCH` (tuning overrides for timing
+    /// runs; an unparsable value is ignored, a value out of range is refused by
+    /// [`GpuRegression::new`]).
     fn default() -> Self {
+        let env = |name: &str, default: usize| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(default)
+        };
         Self {
             regressions_per_block: None,
-            paths_per_chunk: 16,
-            stages: DEFAULT_STAGES,
+            paths_per_chunk: env("CVA_GPU_BUILD_PATHS_PER_CHUNK", DEFAULT_PATHS_PER_CHUNK),
+            stages: env("CVA_GPU_BUILD_STAGES", DEFAULT_STAGES),
             fma: false,
+            prefetch: env("CVA_GPU_BUILD_PREFETCH", 0) != 0,
         }
     }
 }
+
+/// Paths per chunk of the default configuration.
+pub const DEFAULT_PATHS_PER_CHUNK: usize = 16;
 
 /// Stage buffers of the default configuration.
 pub const DEFAULT_STAGES: usize = 2;
@@ -166,29 +243,36 @@ fn block_threads(n: usize, g: usize, p: usize) -> usize {
 }
 
 /// Registers per thread the build kernel is held to (at least): blocks of `threads`
-/// are compiled for `65536 / (threads * REGISTER_BUDGET)` resident blocks per SM.
-const REGISTER_BUDGET: usize = 96;
+/// are compiled for `65536 / (threads * REGISTER_BUDGET)` resident blocks per SM. 80 is
+/// what the f64 kernel needs without spilling in its hot loops (the 4 x 4 tile and its
+/// operands); 96 gave blocks of 352 threads (8 regressions of 8 paths) one block per SM.
+const REGISTER_BUDGET: usize = 80;
 
 /// Resident blocks of `threads` per SM the kernel is compiled for (`MIN_BLOCKS`).
 fn min_blocks(threads: usize) -> usize {
     (65536 / (threads * REGISTER_BUDGET)).clamp(1, 2048 / threads)
 }
 
-/// The CUDA source of the build kernel: the defines, then `cuda/regression.cu`.
-/// `g` regressions of `n` basis functions (longest chain `deg`) per block, `p` paths per
-/// chunk (a power of two, at most 32), `stages` stage buffers (`stages - 1` chunks copied
-/// ahead); the block has `ceil(g p / 32) + ceil(g tiles / 32)` warps.
+/// The CUDA source of the build kernel: the defines (with `D = assets`), the payoff's
+/// entry test ([`GpuPayoff`], compiled in), then `cuda/regression.cu`. `g` regressions of `n` basis
+/// functions (longest chain `deg`) per block, `p` paths per chunk (a power of two, at
+/// most 32), `stages` stage buffers (`stages - 1` chunks copied ahead); the block has
+/// `ceil(g p / 32) + ceil(g tiles / 32)` warps.
 pub fn regression_source(
     f64: bool,
     n: usize,
     deg: usize,
     (g, p, stages): (usize, usize, usize),
-    fma: bool,
+    (fma, prefetch): (bool, bool),
+    payoff: &GpuPayoff,
+    assets: usize,
 ) -> String {
     let threads = block_threads(n, g, p);
     let (real_f64, min_blocks, use_fma) = (u32::from(f64), min_blocks(threads), u32::from(fma));
+    let prefetch = u32::from(prefetch);
     format!(
-        "#define REAL_F64 {real_f64}\n#define N {n}\n#define DEG {deg}\n#define G {g}\n#define P {p}\n#define STAGES {stages}\n#define THREADS {threads}\n#define MIN_BLOCKS {min_blocks}\n#define USE_FMA {use_fma}\n{}",
+        "#define REAL_F64 {real_f64}\n#define N {n}\n#define DEG {deg}\n#define G {g}\n#define P {p}\n#define STAGES {stages}\n#define THREADS {threads}\n#define MIN_BLOCKS {min_blocks}\n#define USE_FMA {use_fma}\n#define TILE_PREFETCH {prefetch}\n#define D {assets}\n{}{}",
+        payoff.enters_source(),
         source_file("regression.cu", REGRESSION_CU)
     )
 }
@@ -253,11 +337,13 @@ impl<T: GpuReal> GpuRegression<T> {
         let (payoff_kind, ua, uw) = spec.payoff.tables();
         let nu = ua.len();
         // psi[2][g][p][nep] (double-buffered), states[st][g][p][d] and y[st][g][p] (stage
-        // buffers), tables, counts[2][g], totals[g], compacted path indices[g][p].
+        // buffers), 32 junk values per preparing warp, counts[2][g], totals[g], compacted
+        // path indices[g][p].
         let shared = |g: usize| {
             2 * g * p * nep * es
-                + (st * g * p * d + st * g * p + n * deg + nu) * 8
-                + (3 * g + n * deg + nu + g * p) * 4
+                + (st * g * p * d + st * g * p) * 8
+                + (g * p).div_ceil(32) * 32 * es
+                + (3 * g + g * p) * 4
         };
         let ctx = stream.context();
         let optin = ctx
@@ -269,9 +355,10 @@ impl<T: GpuReal> GpuRegression<T> {
                 // The most regressions resident per SM (blocks estimated from the shared
                 // memory, 1 kB reserved per block, and the register budget), then the
                 // most blocks (blocks wait at their barriers independently: on the H100,
-                // f64 n = 30, 3 blocks of 4 built 17.6 M/s against 15.9 for 2 of 6), then
-                // the best ratio of tile threads to tile-warp threads, then fewer per
-                // block; at most 512 threads per block.
+                // f64 n = 30, the round-2 kernel built 17.6 M/s with 3 blocks of 4
+                // against 15.9 for 2 of 6), then the best ratio of tile threads to
+                // tile-warp threads, then fewer per block; at most 512 threads per
+                // block. For f64, n = 30, P = 16 this is G = 7, 2 blocks (14 resident).
                 let sm_shared = ctx
                     .attribute(
                         CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
@@ -311,7 +398,15 @@ impl<T: GpuReal> GpuRegression<T> {
                 limit: optin,
             });
         }
-        let src = regression_source(T::IS_F64, n, deg, (g, p, st), config.fma);
+        let src = regression_source(
+            T::IS_F64,
+            n,
+            deg,
+            (g, p, st),
+            (config.fma, config.prefetch),
+            &spec.payoff,
+            d,
+        );
         let (major, minor) = ctx.compute_capability()?;
         let cubin = compile_cubin(&src, "regression.cu", &format!("sm_{major}{minor}"))?;
         let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin))?;
@@ -477,9 +572,14 @@ mod tests {
 
     #[test]
     fn source_defines() {
-        let src = regression_source(false, 30, 1, (6, 16, 3), true);
+        let put = GpuPayoff {
+            underlying: GpuUnderlying::Max(vec![0, 1, 2]),
+            kind: GpuOptionKind::Put,
+            strike: 1.0,
+        };
+        let src = regression_source(false, 30, 1, (6, 16, 3), (true, false), &put, 29);
         assert!(src.starts_with(
-            "#define REAL_F64 0\n#define N 30\n#define DEG 1\n#define G 6\n#define P 16\n#define STAGES 3\n#define THREADS 320\n#define MIN_BLOCKS 2\n#define USE_FMA 1\n"
+            "#define REAL_F64 0\n#define N 30\n#define DEG 1\n#define G 6\n#define P 16\n#define STAGES 3\n#define THREADS 320\n#define MIN_BLOCKS 2\n#define USE_FMA 1\n#define TILE_PREFETCH 0\n#define D 29\n"
         ));
     }
 
@@ -499,6 +599,54 @@ mod tests {
         );
     }
 
+    /// The comparisons `payoff_enters` makes for a maximum (see `enters_source`) decide
+    /// `value > 0` exactly, on prices and strikes with signed zeros, subnormals,
+    /// infinities and NaN.
+    #[test]
+    fn max_entry_test_is_the_payoff_sign() {
+        let specials = [
+            0.0,
+            -0.0,
+            f64::MIN_POSITIVE / 4.0,
+            -f64::MIN_POSITIVE / 4.0,
+            1.0,
+            1.0 + f64::EPSILON,
+            1.0 - f64::EPSILON / 2.0,
+            -1.0,
+            f64::MAX,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+        ];
+        let mut cases = 0;
+        for &strike in &specials {
+            for &a in &specials {
+                for &b in &specials {
+                    for s in [vec![a], vec![a, b], vec![b, a, a]] {
+                        let assets: Vec<usize> = (0..s.len()).collect();
+                        for kind in [GpuOptionKind::Call, GpuOptionKind::Put] {
+                            let payoff = GpuPayoff {
+                                underlying: GpuUnderlying::Max(assets.clone()),
+                                kind,
+                                strike,
+                            };
+                            let reference = payoff.value(&s) > 0.0;
+                            let enters = match kind {
+                                GpuOptionKind::Call => s.iter().any(|&x| x > strike),
+                                GpuOptionKind::Put => {
+                                    strike > f64::NEG_INFINITY && !s.iter().any(|&x| x >= strike)
+                                }
+                            };
+                            assert_eq!(enters, reference, "{kind:?} K={strike} S={s:?}");
+                            cases += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(cases, 12 * 12 * 12 * 3 * 2);
+    }
+
     /// Compiles the kernel for a few shapes when libnvrtc is available (not on CI).
     #[test]
     fn regression_kernel_compiles_when_nvrtc_is_present() {
@@ -506,16 +654,30 @@ mod tests {
         if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
             return;
         }
-        for (n, deg, g, p, st) in [
+        let payoffs = [
+            GpuUnderlying::Asset(0),
+            GpuUnderlying::Basket(vec![(0, 0.5), (1, 0.25)]),
+            GpuUnderlying::Max(vec![0, 1, 0]),
+        ]
+        .map(|underlying| GpuPayoff {
+            underlying,
+            kind: GpuOptionKind::Call,
+            strike: 1.0,
+        });
+        for (case, (n, deg, g, p, st)) in [
             (30, 1, 8, 16, 3),
             (10, 2, 32, 16, 2),
             (64, 1, 1, 32, 4),
             (1, 1, 4, 8, 3),
             (2, 1, 3, 1, 8),
-        ] {
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let payoff = &payoffs[case % payoffs.len()];
             for f64 in [false, true] {
                 for fma in [false, true] {
-                    let src = regression_source(f64, n, deg, (g, p, st), fma);
+                    let src = regression_source(f64, n, deg, (g, p, st), (fma, fma), payoff, 5);
                     if let Err(e) = compile_cubin(&src, "regression.cu", "sm_90") {
                         panic!("{e}");
                     }
