@@ -457,7 +457,7 @@ impl<T: GpuReal> GpuEngine<T> {
                         inner_paths: sim.inner_paths,
                     };
                     let regression =
-                        GpuRegression::<T>::new(&stream, &spec, RegressionConfig::default())?;
+                        GpuRegression::<T>::new(&stream, &spec, RegressionConfig::from_env()?)?;
                     americans.push(American {
                         position: *p,
                         n: basis.len(),

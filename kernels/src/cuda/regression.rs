@@ -186,25 +186,51 @@ pub struct RegressionConfig {
 }
 
 impl Default for RegressionConfig {
-    /// `paths_per_chunk` [`DEFAULT_PATHS_PER_CHUNK`], `stages` [`DEFAULT_STAGES`], no
-    /// prefetch, unless the environment sets `CVA_GPU_BUILD_PATHS_PER_CHUNK`,
-    /// `CVA_GPU_BUILD_STAGES` or `CVA_GPU_BUILD_PREFETCH` (tuning overrides for timing
-    /// runs; an unparsable value is ignored, a value out of range is refused by
-    /// [`GpuRegression::new`]).
+    /// `paths_per_chunk` [`DEFAULT_PATHS_PER_CHUNK`], `stages` [`DEFAULT_STAGES`], the
+    /// block shape chosen per device, no FMA, no prefetch.
     fn default() -> Self {
-        let env = |name: &str, default: usize| {
-            std::env::var(name)
-                .ok()
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(default)
-        };
         Self {
             regressions_per_block: None,
-            paths_per_chunk: env("CVA_GPU_BUILD_PATHS_PER_CHUNK", DEFAULT_PATHS_PER_CHUNK),
-            stages: env("CVA_GPU_BUILD_STAGES", DEFAULT_STAGES),
+            paths_per_chunk: DEFAULT_PATHS_PER_CHUNK,
+            stages: DEFAULT_STAGES,
             fma: false,
-            prefetch: env("CVA_GPU_BUILD_PREFETCH", 0) != 0,
+            prefetch: false,
         }
+    }
+}
+
+impl RegressionConfig {
+    /// The default configuration with the tuning overrides of the environment applied:
+    /// `CVA_GPU_BUILD_PATHS_PER_CHUNK`, `CVA_GPU_BUILD_STAGES` (integers) and
+    /// `CVA_GPU_BUILD_PREFETCH` (`0` or `1`), for timing runs of `cva run`.
+    ///
+    /// # Errors
+    /// [`GpuError::Invalid`] naming the variable if one is set to something that does
+    /// not parse (values out of range are refused by [`GpuRegression::new`]).
+    pub fn from_env() -> Result<Self, GpuError> {
+        let env = |name: &str, default: usize| -> Result<usize, GpuError> {
+            match std::env::var(name) {
+                Err(_) => Ok(default),
+                Ok(v) => v.trim().parse().map_err(|_| {
+                    GpuError::Invalid(format!("{name} = `{v}`: expected a non-negative integer"))
+                }),
+            }
+        };
+        let d = Self::default();
+        Ok(Self {
+            paths_per_chunk: env("CVA_GPU_BUILD_PATHS_PER_CHUNK", d.paths_per_chunk)?,
+            stages: env("CVA_GPU_BUILD_STAGES", d.stages)?,
+            prefetch: match env("CVA_GPU_BUILD_PREFETCH", 0)? {
+                0 => false,
+                1 => true,
+                other => {
+                    return Err(GpuError::Invalid(format!(
+                        "CVA_GPU_BUILD_PREFETCH = {other}: expected 0 or 1"
+                    )))
+                }
+            },
+            ..d
+        })
     }
 }
 
