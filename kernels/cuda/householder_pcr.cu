@@ -48,6 +48,89 @@ __device__ __forceinline__ real hh_add_mul(real acc, real p, real q) {
 #ifndef HH_MINB
 #define HH_MINB 0
 #endif
+// HH_RSQ 1: dlarfg from one reciprocal square root and one reciprocal of a number in
+// [1, 2], both short fixed sequences without a slow path: with nrm = ||(alpha, x)||,
+// rs = 1 / nrm, beta = -sign(alpha) q rs (q = alpha^2 + ||x||^2),
+// tau = (beta - alpha) / beta = 1 + |alpha| rs and 1 / (alpha - beta) = sign(alpha) rs / tau
+// (a few ulps from the CPU's sqrt and divisions). 0: sqrt and two IEEE divisions (as
+// the CPU reference; longer chain per step). Default: f64 only (f64 n = 30 n* = 16:
+// 56.0 -> 64.9 M/s, H100); in f32 the kernel goes from 163 to 214 registers, 12 -> 8
+// warps/SM, 132 -> 114 M/s (benches/RESULTS.md, round 7).
+#ifndef HH_RSQ
+#define HH_RSQ REAL_F64
+#endif
+// HH_P4 1: four interleaved partial sums per row in p = tau A22 v (0: two). Measured
+// with HH_RSQ 1 (round 7, H100, f64 n = 30 n* = 16): 64.2 M/s against 64.9-65.2; off.
+#ifndef HH_P4
+#define HH_P4 0
+#endif
+// HH_SBUF 1: one shared buffer of packed A and b per system instead of two: the next
+// system's copy starts as soon as this one's rows are in registers, and the residual
+// reads A and b again from global memory (L2). Uses less than `householder_elems`
+// (sized for 0); the occupancy gain needs that function cut to n (n + 1) / 2 + 15 n.
+// Measured with the cut (round 7, H100, n = 30): f64 n* = 16 40.5 M/s (65 without),
+// n* = 32 54.2 (12 warps/SM); f32 n* = 16 109; so off.
+#ifndef HH_SBUF
+#define HH_SBUF 0
+#endif
+#if HH_SBUF
+#define HH_BUFS 1
+#else
+#define HH_BUFS 2
+#endif
+
+#if HH_RSQ
+__device__ __forceinline__ real hh_rsqrt(real q) {
+#if REAL_F64
+    return rsqrt(q);
+#else
+    return rsqrtf(q);
+#endif
+}
+__device__ __forceinline__ real hh_rcp12(real d) {
+#if REAL_F64
+    return rcp_rn_fast_f64(d);
+#else
+    return rcp_rn_fast_f32(d);
+#endif
+}
+#endif
+
+#if HH_SBUF
+// As `group_residual` (same arithmetic, same order), with A and b read from global
+// memory: entry (i, c) of the lower triangle at gA[min * N + max].
+__device__ __forceinline__ double hh_residual_global(const real* __restrict__ gA, const real* __restrict__ gB,
+                                                     const real* sx, const real* x, const Group& g,
+                                                     real* scratch, int* iscratch) {
+    real r_max = 0, a_max = 0, x_max = 0, b_max = 0;
+    bool nan_row = false;
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+        int i = g.t + s * NSTAR;
+        if (g.t < NSTAR && i < N) {
+            real acc = 0, row = 0;
+#pragma unroll
+            for (int c = 0; c < N; ++c) {
+                real aic = (i >= c) ? __ldg(gA + c * N + i) : __ldg(gA + i * N + c);
+                acc += aic * sx[c];
+                row += fabs(aic);
+            }
+            const real bi = __ldg(gB + i);
+            real ri = fabs(bi - acc);
+            if (isnan(ri) || !finite(x[s])) nan_row = true;
+            r_max = fmax(r_max, ri);
+            a_max = fmax(a_max, row);
+            x_max = fmax(x_max, fabs(x[s]));
+            b_max = fmax(b_max, fabs(bi));
+        }
+    }
+    bool any_nan = group_any(nan_row, g, iscratch);
+    group_max4(r_max, a_max, x_max, b_max, scratch);
+    if (any_nan) return __longlong_as_double(0x7ff8000000000000ULL);
+    double den = (double)a_max * (double)x_max + (double)b_max;
+    return den == 0.0 ? 0.0 : (double)r_max / den;
+}
+#endif
 
 // Sum over the group's threads of one value.
 __device__ __forceinline__ void hh_group_sum1(real& a, real* scratch) {
@@ -73,7 +156,7 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
     constexpr int PA = N * (N + 1) / 2;
     Group g = make_group();
     real* sbase = reinterpret_cast<real*>(smem_raw) + (long long)g.index * SYS_STRIDE;
-    real* sv = sbase + 2 * PA;  // [2][N]
+    real* sv = sbase + HH_BUFS * PA;  // [2][N]
     real* sw = sv + 2 * N;      // [2][N]
     real* sd = sw + 2 * N;      // [N]
     real* se = sd + N;          // [N]
@@ -82,7 +165,7 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
     real* pd = sx + N;          // [2][N]
     real* pc = pd + 2 * N;      // [2][N]
     real* pv = pc + 2 * N;      // [2][N]
-    real* sB0 = pv + 2 * N;     // [2][N]
+    real* sB0 = pv + 2 * N;     // [HH_BUFS][N]
     // Persistent loop over tiles of systems (one tile = the systems of one block); the
     // loop condition depends on the block only, so the compiler sees it as uniform.
 #if NSTAR > 32
@@ -97,8 +180,14 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
     cp_async_commit();
 #pragma unroll 1
     for (long long tile = blockIdx.x, it = 0; tile * spb < batch; tile += gridDim.x, ++it, g.sys += stride) {
-    const int buf = it & 1;
     const long long next = g.sys + stride;
+#if HH_SBUF
+    cp_async_wait<0>();
+    group_sync();
+    const real* sA = sbase;
+    const real* sB = sB0;
+#else
+    const int buf = it & 1;
     prefetch_system(A + (next < batch ? next : 0) * (N * N), B + (next < batch ? next : 0) * N,
                     sbase + (buf ^ 1) * PA, sB0 + (buf ^ 1) * N, g, next < batch);
     cp_async_commit();
@@ -106,16 +195,22 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
     group_sync();
     const real* sA = sbase + buf * PA;
     const real* sB = sB0 + buf * N;
+#endif
     const bool active = g.sys < batch;
     const long long sys = active ? g.sys : 0;
     bool bad = false;
-    real b[R], borig[R];
+    real b[R];
+#if !HH_SBUF
+    real borig[R];
+#endif
 #pragma unroll
     for (int s = 0; s < R; ++s) {
         int i = g.t + s * NSTAR;
         b[s] = (g.t < NSTAR && i < N && active) ? sB[i] : (real)0;
         bad |= !finite(b[s]);
+#if !HH_SBUF
         borig[s] = b[s];
+#endif
     }
 
     // Full symmetric rows into registers.
@@ -136,6 +231,13 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
             a[s][k] = v;
         }
     }
+#if HH_SBUF
+    // Every row is in registers: the buffer takes the next system.
+    group_sync();
+    prefetch_system(A + (next < batch ? next : 0) * (N * N), B + (next < batch ? next : 0) * N, sbase, sB0, g,
+                    next < batch);
+    cp_async_commit();
+#endif
 
     // Tridiagonalization.
 #pragma unroll
@@ -163,6 +265,15 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
         // dlarfg: beta = -sign(alpha) ||(alpha, x)||, tau = (beta - alpha) / beta,
         // v = (1, x / (alpha - beta)). A column whose x underflows is skipped (tau = 0).
         real tau = 0, beta = alpha, scal = 0;
+#if HH_RSQ
+        if (xs > (real)0) {
+            const real q = hh_add_mul(xs, alpha, alpha);
+            const real rs = hh_rsqrt(q);
+            beta = -copysign(q * rs, alpha);
+            tau = hh_add_mul((real)1, fabs(alpha), rs);
+            scal = copysign(rs * hh_rcp12(tau), alpha);
+        }
+#else
 #if HH_SQRT1
         // sqrt(xs) >= REAL_MIN_POSITIVE for every xs > 0 (even the least subnormal).
         if (xs > (real)0) {
@@ -175,6 +286,7 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
             tau = (beta - alpha) / beta;
             scal = (real)1 / (alpha - beta);
         }
+#endif
         real vr[R];
 #pragma unroll
         for (int s = 0; s < R; ++s) {
@@ -194,10 +306,17 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
         // p = tau A22 v over the rows r >= i+1.
         // (two interleaved partial sums per row for instruction-level parallelism)
         real p[R], p2[R];
+#if HH_P4
+        real p3[R], p4[R];
+#endif
 #pragma unroll
         for (int s = 0; s < R; ++s) {
             p[s] = 0;
             p2[s] = 0;
+#if HH_P4
+            p3[s] = 0;
+            p4[s] = 0;
+#endif
         }
 #pragma unroll
         for (int k = 0; k < N; ++k) {
@@ -206,14 +325,29 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
 #pragma unroll
                 for (int s = 0; s < R; ++s) {
                     if (row_max(s) >= i + 1) {
+#if HH_P4
+                        switch ((k - i) & 3) {
+                            case 1: p[s] = hh_add_mul(p[s], a[s][k], vk); break;
+                            case 2: p2[s] = hh_add_mul(p2[s], a[s][k], vk); break;
+                            case 3: p3[s] = hh_add_mul(p3[s], a[s][k], vk); break;
+                            default: p4[s] = hh_add_mul(p4[s], a[s][k], vk); break;
+                        }
+#else
                         if ((k - i) & 1) p[s] = hh_add_mul(p[s], a[s][k], vk);
                         else p2[s] = hh_add_mul(p2[s], a[s][k], vk);
+#endif
                     }
                 }
             }
         }
 #pragma unroll
-        for (int s = 0; s < R; ++s) p[s] += p2[s];
+        for (int s = 0; s < R; ++s) {
+#if HH_P4
+            p[s] = (p[s] + p2[s]) + (p3[s] + p4[s]);
+#else
+            p[s] += p2[s];
+#endif
+        }
         real pv_loc = 0, vb_loc = 0;
 #pragma unroll
         for (int s = 0; s < R; ++s) {
@@ -344,7 +478,11 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
 
     bad = group_any(bad, g, iscratch);
     breakdown = group_any(breakdown, g, iscratch);
+#if HH_SBUF
+    double res = hh_residual_global(A + sys * (N * N), B + sys * N, sx, x, g, red_scratch, iscratch);
+#else
     double res = group_residual(sA, sx, borig, x, g, red_scratch, iscratch);
+#endif
     unsigned status = bad ? STATUS_NON_FINITE_INPUT
                     : breakdown ? STATUS_FAILED
                     : isnan(res) ? STATUS_FAILED : STATUS_OK;

@@ -63,7 +63,10 @@ impl KernelFamily {
             KernelFamily::LdltGroup | KernelFamily::LdltSimd => {
                 source_file("rcp.cu", RCP_CU) + &source_file("ldlt.cu", LDLT_CU)
             }
-            KernelFamily::HouseholderPcr => source_file("householder_pcr.cu", HOUSEHOLDER_PCR_CU),
+            KernelFamily::HouseholderPcr => {
+                source_file("rcp.cu", RCP_CU)
+                    + &source_file("householder_pcr.cu", HOUSEHOLDER_PCR_CU)
+            }
             KernelFamily::Util => source_file("util.cu", UTIL_CU),
             KernelFamily::DivideConquer => {
                 source_file("stedc.cu", STEDC_CU) + &source_file("escalate.cu", ESCALATE_CU)
