@@ -11,8 +11,9 @@
 // w_i = sum_{k<=i} C_ik z_k runs from 0.0 in increasing k, as on the CPU.
 //
 // Compiled by NVRTC with --fmad=false --prec-div=true --prec-sqrt=true: every +, *, /,
-// sqrt rounds as in Rust; log, sin, cos and exp are CUDA's (within an ulp or two of
-// the CPU's libm), so normals and states agree to a few ulps, raw Philox words bitwise.
+// sqrt rounds as in Rust; log, sin, cos and exp are this file's own (below; within an
+// ulp of the correctly rounded values, as the CPU's libm is), so normals and states
+// agree to a few ulps, raw Philox words bitwise.
 //
 // Two sets of path kernels share the random numbers and the step's arithmetic:
 // - generic (`inner_paths`, `outer_paths`): d, drift, vol and the factor at run time; the
@@ -63,11 +64,158 @@ __device__ __forceinline__ double uniform_open(unsigned u) {
     return ((double)u + 0.5) * (1.0 / 4294967296.0);
 }
 
-__device__ __forceinline__ void box_muller(double u1, double u2, double* z0, double* z1) {
-    const double r = sqrt(-2.0 * log(u1));
+// log, sin/cos and exp of the arguments that occur here, branch-free (PATHS_MATH 1):
+// - log of a uniform (u + 0.5) / 2^32: a positive normal double. x = 2^k m with
+//   m in [sqrt(1/2), sqrt(2)), f = m - 1, s = f / (2 + f) (reciprocal: the hardware's
+//   approximation and one cubically convergent correction, s is needed only to ~2^-50),
+//   log(1 + f) = f - (hf - s (hf + R(s^2))) with hf = f^2 / 2, R(z) = z P(z) for
+//   log((1+s)/(1-s)) - 2s = s R(s^2), then + k ln 2 (ln 2 in two parts);
+// - sin and cos of a = 2 pi u2 in [0, 2 pi]: a = q pi/2 + r, q = rint(2a/pi) from the
+//   low word of a + 1.5 2^52, r = rh + cc with rh = a - q PIO2_HI exact (|rh| < 1 is
+//   a multiple of 2^-53) and cc = -q PIO2_MID carried as a correction; sin r =
+//   rh + (rh z S(z) + cc (1 - z/2)), cos r = (1 - z/2) + (z^2 C(z) + the rounding errors
+//   of 1 - z/2 and of z = rh^2, - cc rh), z = rh^2; the quadrant picks and signs them;
+// - exp of |x| < 708 (others take CUDA's exp): n = rint(x / ln 2), r = x - n ln 2 (two
+//   parts, the first exact), e^r = 1 + (r + r^2 Q(r)), times 2^n through the exponent.
+// Polynomials: Chebyshev fits (mpmath, 60 digits) of degree 10 (Q, |r| <= ln2/2),
+// 6 (P, z <= 0.0295), 6 (S) and 5 (C, z <= (pi/4)^2). Against correctly rounded values
+// (double arithmetic simulated exactly, 20,000 arguments each): log 0.77, sin 0.67,
+// cos 0.70, exp 0.93 ulp at most. The CPU's libm is itself within an ulp, so normals and
+// states stay within a few ulps of the CPU's, as with CUDA's functions. PATHS_MATH 0
+// takes CUDA's log, sincos and exp instead (for comparison). The coefficients are
+// compile-time constants; loading them once into registers was measured no faster
+// (152 registers: one block fewer per SM).
+#ifndef PATHS_MATH
+#define PATHS_MATH 1
+#endif
+// Out of the fast exp's range (|x| >= 708): the host defines PATHS_EXP_FALLBACK 1 for a
+// market whose increments can reach it, and the exp then branches to CUDA's, out of line.
+// Without it the exp is branch-free (measured: the branch, even never taken, costs as
+// much as the rest of this code saves, through the call's register constraints).
+#ifndef PATHS_EXP_FALLBACK
+#define PATHS_EXP_FALLBACK 0
+#endif
+#define K_LOG2E 0
+#define K_LN2_LO 1
+#define K_EXQ 2      // 11: Q_0 .. Q_10
+#define K_LGP 13     // 7: P_0 .. P_6
+#define K_2OPI 20
+#define K_PIO2_HI 21
+#define K_PIO2_MID 22
+#define K_SIN 23     // 7: S_0 .. S_6
+#define K_COS 30     // 6: C_0 .. C_5
+#define K_COUNT 36
+#define LN2_HI 0x1.62e42p-1  // 20 significant bits (low word zero): k LN2_HI exact
+#define ROUND_MAGIC 0x1.8p52
+#define PATHS_K_VALUES \
+    0x1.71547652b82fep+0, 0x1.fdf473de6af28p-22, 0x1.0000000000000p-1, \
+    0x1.5555555555557p-3, 0x1.5555555555556p-5, 0x1.11111111100dfp-7, \
+    0x1.6c16c16c162d6p-10, 0x1.a01a01abe6327p-13, 0x1.a01a01a6d7833p-16, \
+    0x1.71de0237479e4p-19, 0x1.27e4db67abc75p-22, 0x1.af4ddda32bea9p-26, \
+    0x1.1f72fc848c527p-29, 0x1.5555555555558p-1, 0x1.99999999952e2p-2, \
+    0x1.2492492df14bfp-2, 0x1.c71c62e57c0cfp-3, 0x1.7462b4ac51915p-3, \
+    0x1.39fe603f8739ep-3, 0x1.2b584c80de001p-3, 0x1.45f306dc9c883p-1, \
+    0x1.921fb54442d18p+0, 0x1.1a62633145c07p-54, -0x1.5555555555555p-3, \
+    0x1.1111111111110p-7, -0x1.a01a01a019937p-13, 0x1.71de3a54607a5p-19, \
+    -0x1.ae64541295cdfp-26, 0x1.61217ee5cca1bp-33, -0x1.ab17bdcbd3414p-41, \
+    0x1.5555555555555p-5, -0x1.6c16c16c16967p-10, 0x1.a01a019f4e9b4p-16, \
+    -0x1.27e4fa17bf139p-22, 0x1.1eeb68cd22f56p-29, -0x1.907d8f29fe831p-37 \
+
+struct MathK {
+    double c[K_COUNT];
+};
+
+__device__ __forceinline__ MathK math_k() {
+    const MathK k = {{PATHS_K_VALUES}};
+    return k;
+}
+
+__device__ __forceinline__ double log_unit(double x, const MathK& k) {
+#if PATHS_MATH
+    int hx = __double2hiint(x);
+    const int lx = __double2loint(x);
+    hx += 0x3ff00000 - 0x3fe6a09e;
+    const double kd = (double)((hx >> 20) - 0x3ff);
+    hx = (hx & 0x000fffff) + 0x3fe6a09e;
+    const double f = __hiloint2double(hx, lx) - 1.0;
+    const double d = 2.0 + f;
+    double y;
+    asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(y) : "d"(d));
+    const double e = fma(-d, y, 1.0);
+    y = fma(y, fma(e, e, e), y);
+    const double s = f * y;
+    const double z = s * s;
+    double p = k.c[K_LGP + 6];
+#pragma unroll
+    for (int j = 5; j >= 0; --j) p = fma(p, z, k.c[K_LGP + j]);
+    const double hf = (0.5 * f) * f;
+    const double t = fma(s, hf + z * p, kd * k.c[K_LN2_LO]);
+    return fma(kd, LN2_HI, f - (hf - t));
+#else
+    return log(x);
+#endif
+}
+
+__device__ __forceinline__ void sincos_turn(double a, const MathK& k, double* sp, double* cp) {
+#if PATHS_MATH
+    const double t = fma(a, k.c[K_2OPI], ROUND_MAGIC);
+    const double qd = t - ROUND_MAGIC;
+    const int q = __double2loint(t);
+    const double rh = fma(-qd, k.c[K_PIO2_HI], a);
+    const double cc = -qd * k.c[K_PIO2_MID];
+    const double z = rh * rh;
+    const double ez = fma(rh, rh, -z);
+    const double h = 0.5 * z;
+    const double w = 1.0 - h;
+    double ps = k.c[K_SIN + 6];
+#pragma unroll
+    for (int j = 5; j >= 0; --j) ps = fma(ps, z, k.c[K_SIN + j]);
+    const double sr = rh + fma(rh * z, ps, cc * w);
+    double pc = k.c[K_COS + 5];
+#pragma unroll
+    for (int j = 4; j >= 0; --j) pc = fma(pc, z, k.c[K_COS + j]);
+    double tail = (1.0 - w) - h;
+    tail = fma(-0.5, ez, tail);
+    tail = fma(-cc, rh, tail);
+    const double cr = w + fma(z * z, pc, tail);
+    const double s0 = (q & 1) ? cr : sr;
+    const double c0 = (q & 1) ? sr : cr;
+    *sp = (q & 2) ? -s0 : s0;
+    *cp = ((q + 1) & 2) ? -c0 : c0;
+#else
+    sincos(a, sp, cp);
+#endif
+}
+
+// Out of the fast path's range: CUDA's exp, out of line (one copy, not one per asset).
+__device__ __noinline__ double exp_outside(double x) { return exp(x); }
+
+__device__ __forceinline__ double exp_step(double x, const MathK& k) {
+#if PATHS_MATH
+#if PATHS_EXP_FALLBACK
+    if (!(fabs(x) < 708.0)) return exp_outside(x);
+#endif
+    const double t = fma(x, k.c[K_LOG2E], ROUND_MAGIC);
+    const double nd = t - ROUND_MAGIC;
+    const int n = __double2loint(t);
+    double r = fma(-nd, LN2_HI, x);
+    r = fma(-nd, k.c[K_LN2_LO], r);
+    double q = k.c[K_EXQ + 10];
+#pragma unroll
+    for (int j = 9; j >= 0; --j) q = fma(q, r, k.c[K_EXQ + j]);
+    const double p = 1.0 + fma(r * q, r, r);
+    return __hiloint2double(__double2hiint(p) + (n << 20), __double2loint(p));
+#else
+    return exp(x);
+#endif
+}
+
+__device__ __forceinline__ void box_muller(double u1, double u2, const MathK& k, double* z0,
+                                           double* z1) {
+    const double r = sqrt(-2.0 * log_unit(u1, k));
     const double a = 6.283185307179586476925286766559 * u2;
     double s, c;
-    sincos(a, &s, &c);
+    sincos_turn(a, k, &s, &c);
     *z0 = r * c;
     *z1 = r * s;
 }
@@ -77,6 +225,7 @@ struct NormalStream {
     unsigned key0, key1, inner, date, outer, block;
     int pos;
     double b0, b1, b2, b3;
+    MathK k;
 };
 
 __device__ __forceinline__ void stream_init(NormalStream& s, unsigned long long seed, unsigned outer,
@@ -89,6 +238,7 @@ __device__ __forceinline__ void stream_init(NormalStream& s, unsigned long long 
     s.block = 0;
     s.pos = 4;
     s.b0 = s.b1 = s.b2 = s.b3 = 0.0;
+    s.k = math_k();
 }
 
 __device__ __forceinline__ void stream_block(const NormalStream& s, unsigned block, double* z0,
@@ -99,8 +249,8 @@ __device__ __forceinline__ void stream_block(const NormalStream& s, unsigned blo
     c.z = s.date;
     c.w = s.outer;
     const U32x4 r = philox4x32_10(c, s.key0, s.key1);
-    box_muller(uniform_open(r.x), uniform_open(r.y), z0, z1);
-    box_muller(uniform_open(r.z), uniform_open(r.w), z2, z3);
+    box_muller(uniform_open(r.x), uniform_open(r.y), s.k, z0, z1);
+    box_muller(uniform_open(r.z), uniform_open(r.w), s.k, z2, z3);
 }
 
 __device__ __forceinline__ double stream_next(NormalStream& s) {
@@ -124,12 +274,12 @@ __device__ __forceinline__ void gbm_step(double* x, double* z, int ld, int d,
             double acc = 0.0;
             const double* row = factor + (long long)i * d;
             for (int k = 0; k <= i; ++k) acc = acc + row[k] * z[k * ld];
-            x[i * ld] = x[i * ld] * exp(drift[i] + vol[i] * acc);
+            x[i * ld] = x[i * ld] * exp_step(drift[i] + vol[i] * acc, ns.k);
         }
     } else {
         for (int i = 0; i < d; ++i) {
             const double w = stream_next(ns);
-            x[i * ld] = x[i * ld] * exp(drift[i] + vol[i] * w);
+            x[i * ld] = x[i * ld] * exp_step(drift[i] + vol[i] * w, ns.k);
         }
     }
 }
@@ -284,7 +434,7 @@ __device__ __forceinline__ void gbm_step_fixed(double* xs, double* zr, unsigned 
 #else
         const double w = z;
 #endif
-        xs[k * LDX] = xs[k * LDX] * exp(C_DRIFT[k] + C_VOL[k] * w);
+        xs[k * LDX] = xs[k * LDX] * exp_step(C_DRIFT[k] + C_VOL[k] * w, ns.k);
     }
 }
 

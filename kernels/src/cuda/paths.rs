@@ -5,9 +5,10 @@
 //! the exact GBM step `S_i <- S_i exp(drift_i + vol_i (C z)_i)`.
 //!
 //! Raw Philox words are bitwise those of the CPU; normals and states differ from the
-//! CPU's only through CUDA's `log`, `sin`, `cos` and `exp` (an ulp or two), the rest of
-//! the arithmetic being rounded identically (`--fmad=false`, IEEE division and square
-//! root).
+//! CPU's only through `log`, `sin`, `cos` and `exp` (the kernels' own branch-free
+//! versions for the arguments that occur, within an ulp of the correctly rounded values
+//! as the CPU's libm is), the rest of the arithmetic being rounded identically
+//! (`--fmad=false`, IEEE division and square root).
 //!
 //! Markets of at most [`FIXED_MAX_ASSETS`] assets with finite parameters get kernels
 //! compiled for them (`inner_paths_fixed`, `outer_paths_fixed`): `d`, the drifts, the
@@ -41,6 +42,24 @@ pub const FIXED_MAX_ASSETS: usize = 32;
 
 /// Threads per block of the fixed kernels (`PATHS_BLOCK`).
 const FIXED_BLOCK: usize = 64;
+
+/// Largest |z| of a Box–Muller normal here: `sqrt(-2 ln u1)` with `u1 >= 2^-33`.
+const NORMAL_MAX: f64 = 6.772;
+
+/// Whether some exp argument `drift_i + vol_i (C z)_i` can leave the kernels' fast exp's
+/// range (|x| < 708): then the module is compiled with `PATHS_EXP_FALLBACK` (CUDA's exp
+/// there). Bound: `|drift_i| + |vol_i| sum_k |C_ik| NORMAL_MAX`.
+fn needs_exp_fallback(market: &MarketSteps) -> bool {
+    let d = market.drift.len();
+    (0..d).any(|i| {
+        let row: f64 = match market.factor {
+            Some(f) => f[i * d..=i * d + i].iter().map(|c| c.abs()).sum(),
+            None => 1.0,
+        };
+        let bound = market.drift[i].abs() + market.vol[i].abs() * row * NORMAL_MAX;
+        bound.is_nan() || bound >= 700.0
+    })
+}
 
 /// The market's one-step transition, as plain slices (length `d`, the factor `d x d`).
 #[derive(Debug, Clone, Copy)]
@@ -192,7 +211,10 @@ impl GpuPaths {
             None
         };
         let fixed = fixed_src.is_some();
-        let src = fixed_src.unwrap_or_else(paths_source);
+        let mut src = fixed_src.unwrap_or_else(paths_source);
+        if needs_exp_fallback(market) {
+            src = format!("#define PATHS_EXP_FALLBACK 1\n{src}");
+        }
         let cubin = compile_cubin(&src, "paths.cu", &format!("sm_{major}{minor}"))?;
         let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin))?;
         let (outer_name, inner_name) = if fixed {
@@ -523,6 +545,24 @@ impl GpuPaths {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn exp_fallback_only_for_large_increments() {
+        let (spots, drift) = (vec![100.0; 2], vec![-1e-3; 2]);
+        let factor = [1.0, 0.0, 0.6, 0.8];
+        let market = |vol: &[f64], factor: Option<&[f64]>| {
+            super::needs_exp_fallback(&super::MarketSteps {
+                spots: &spots,
+                drift: &drift,
+                vol,
+                factor,
+            })
+        };
+        assert!(!market(&[0.3, 0.5], None));
+        assert!(!market(&[0.3, 50.0], Some(&factor)));
+        assert!(market(&[0.3, 80.0], Some(&factor)));
+        assert!(market(&[0.3, f64::NAN], None));
+    }
+
     /// Compiles the path module when libnvrtc is available (not on CI).
     #[test]
     fn paths_kernel_compiles_when_nvrtc_is_present() {
@@ -547,8 +587,10 @@ mod tests {
                 factor: f,
             };
             let src = super::paths_source_fixed(&market).expect("fixed kernels");
-            if let Err(e) = super::compile_cubin(&src, "paths.cu", "sm_90") {
-                panic!("{e}");
+            for src in [src.clone(), format!("#define PATHS_EXP_FALLBACK 1\n{src}")] {
+                if let Err(e) = super::compile_cubin(&src, "paths.cu", "sm_90") {
+                    panic!("{e}");
+                }
             }
         }
     }
