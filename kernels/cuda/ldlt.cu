@@ -123,11 +123,13 @@ __device__ __forceinline__ void load_vec(real* w, const real* p) {
 
 // Resident blocks of 128 threads the compiler must allow (register cap 65536 /
 // (128 LDLT_MIN_BLOCKS) = 168 for 3, a third resident warp per scheduler); 1 = no cap.
-// The cap is applied in f64 where the rows take at most LDLT_CAP_ROW_REGS registers
-// (above that it spills heavily). Measured on an H100 (benches/RESULTS.md, round 2):
-// f64 n = 30 n* = 16 184 -> 191 M/s with it; f32 gains nothing (n = 30: 380 without,
-// 376 with) or loses (n = 32 n* = 8: 8 bytes of spills, 329 M/s). Round 4 (FMA,
-// look-ahead): f64 n = 30 221.4 with the cap, 221.8 without; kept.
+// History (H100, benches/RESULTS.md): round 2 put the cap on f64 rows of at most
+// LDLT_CAP_ROW_REGS registers (n = 30 n* = 16 184 -> 191 M/s); round 4 measured it
+// neutral (221.4 / 221.8). Round 6 ("L D L^T register cap re-measured"), after round 5
+// freed registers: without the cap f64 n = 30 n* = 16 runs spill-free at 254 registers
+// and 8 warps/SM at 279-281 M/s against 239 with it (96 B of spills); over n = 10..32
+// the uncapped kernel is the faster or within 3% at every measured (n, n*). So the cap
+// is kept only where it was never re-measured, f64 n <= 8.
 #ifndef LDLT_CAP_ROW_REGS
 #define LDLT_CAP_ROW_REGS 92
 #endif
@@ -136,7 +138,7 @@ __host__ __device__ constexpr int row_regs(int s) {
     return s >= R ? 0 : (N < (s + 1) * NSTAR ? N : (s + 1) * NSTAR) * (int)sizeof(real) / 4 + row_regs(s + 1);
 }
 #ifndef LDLT_MIN_BLOCKS
-#define LDLT_MIN_BLOCKS (REAL_F64 && N <= 32 && row_regs(0) <= LDLT_CAP_ROW_REGS ? 3 : 1)
+#define LDLT_MIN_BLOCKS (REAL_F64 && N <= 8 && row_regs(0) <= LDLT_CAP_ROW_REGS ? 3 : 1)
 #endif
 #if REAL_F64
 #define LDLT_EPS 2.220446049250313e-16

@@ -3,17 +3,23 @@
 
 /// `n*` of the hybrid `L D L^T` for size `n` (Algorithm 1): the number of threads
 /// that share one system. Measured on one H100 SXM (132 SMs) with batch 2^20
-/// (2^18-2^19 for n >= 48) by `bench_solvers` over n* in {2, 4, 8, 16, 32, 64, n};
-/// see benches/RESULTS.md. Sizes between the measured ones take the value of the
-/// next measured size.
+/// (2^18-2^19 for n >= 48) by `bench_solvers` over n* in {2, 4, 8, 16, 32, 64, n}:
+/// n = 4, 8, 16, 30, 32, 48, 64 in the first rounds, then n = 10, 12, ..., 28, 29, 30,
+/// 31, 32 again in round 6 of benches/RESULTS.md, "L D L^T register cap re-measured"
+/// (the register cap removed for f64 n > 8). Sizes between the
+/// measured ones take the value of the next measured size. The paper's rule
+/// (n* ~ n/2 below 40, ~ n above) does not hold on the H100: with rows in registers,
+/// n* ~ n/4 to n/2 wins below 32 (f32: 4 up to n = 22, then 4 or 8).
 pub fn ldlt_hybrid_nstar(n: usize, f64: bool) -> usize {
     let nstar = match (n, f64) {
         (0..=4, _) => 2,
-        (5..=8, _) => 4,
-        (9..=16, true) => 8,
-        (9..=16, false) => 4,
-        (17..=32, true) => 16,
-        (17..=32, false) => 8,
+        (5..=16, _) => 4,
+        (17..=24, true) => 8,
+        (25..=32, true) => 16,
+        (17..=22, false) => 4,
+        (23..=24, false) => 8,
+        (25..=26, false) => 4,
+        (27..=32, false) => 8,
         (33..=48, true) => 32,
         (33..=48, false) => 16,
         (_, true) => 64,
