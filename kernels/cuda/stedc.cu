@@ -86,7 +86,7 @@
 #if DC_UNROLL_QV
 #define UNROLL_QV _Pragma("unroll 4")
 #else
-#define UNROLL_QV _Pragma("unroll 1")
+#define UNROLL_QV
 #endif
 #if DC_UNROLL_SEC
 #define UNROLL_SEC _Pragma("unroll 4")
@@ -112,6 +112,43 @@
 // were slower with it: larger code, fewer registers free). dc_shared_bytes in
 // kernels/src/cuda/solver.rs makes the same choice.
 #define DC_W_REGS (REAL_F64 && N > 16 && N <= 32)
+// DC_ROLL_STEPS: `#pragma unroll 1` on the Householder step loop, apply_q and (without
+// DC_UNROLL_QV) apply_q_saved; otherwise the compiler unrolls them completely (28 copies
+// at n = 30). Rolled, f32 and f64 n = 16 measured faster (smaller code), f64 n = 30 with
+// DC_W_REGS much slower (RESULTS.md, round 5).
+#ifndef DC_ROLL_STEPS
+#define DC_ROLL_STEPS (!DC_W_REGS)
+#endif
+// (DC_ROLL_HH, DC_ROLL_QT, DC_ROLL_QS: the three loops separately.)
+#ifndef DC_ROLL_HH
+#define DC_ROLL_HH DC_ROLL_STEPS
+#endif
+#ifndef DC_ROLL_QT
+#define DC_ROLL_QT DC_ROLL_STEPS
+#endif
+#ifndef DC_ROLL_QS
+#define DC_ROLL_QS DC_ROLL_STEPS
+#endif
+// DC_QS_PREFETCH = QB > 0: apply_q_saved rolled over blocks of QB steps, the next
+// block's reflector entries loaded ahead (development switch).
+#ifndef DC_QS_PREFETCH
+#define DC_QS_PREFETCH 0
+#endif
+#if DC_ROLL_HH
+#define ROLL_HH _Pragma("unroll 1")
+#else
+#define ROLL_HH
+#endif
+#if DC_ROLL_QT
+#define ROLL_QT _Pragma("unroll 1")
+#else
+#define ROLL_QT
+#endif
+#if DC_ROLL_QS
+#define ROLL_QS _Pragma("unroll 1")
+#else
+#define ROLL_QS
+#endif
 #ifndef DC_ROW_CHUNK
 #define DC_ROW_CHUNK 4
 #endif
@@ -258,7 +295,7 @@ __device__ Check residual_check_warp(const real* a, const real* b, const real* x
 // qv: N scratch.
 // ---------------------------------------------------------------------------------
 __device__ void householder_tridiagonalize(real* a, real* d, real* e, real* qv, int lane) {
-#pragma unroll 1
+    ROLL_HH
     for (int i = N - 1; i >= 2; --i) {
         const int l = i - 1;
         real x[SLOTS], t[SLOTS];
@@ -357,7 +394,7 @@ __device__ void householder_tridiagonalize(real* a, real* d, real* e, real* qv, 
 // y <- Q^T y (transpose = true) or Q y with the reflectors left in a; y: lane k holds
 // y_k in slot k / 32.
 __device__ void apply_q(const real* a, real (&y)[SLOTS], bool transpose, int lane) {
-#pragma unroll 1
+    ROLL_QT
     for (int step = 0; step < N - 2; ++step) {
         const int i = transpose ? N - 1 - step : 2 + step;
         real dot = 0;
@@ -397,7 +434,69 @@ __device__ void save_reflectors(const real* a, Reflectors& h, int lane) {
 
 // apply_q with the reflectors from `h` (same operations in the same order).
 __device__ void apply_q_saved(const Reflectors& h, real (&y)[SLOTS], bool transpose, int lane) {
+#if DC_QS_PREFETCH > 0
+    // Rolled over blocks of QB steps; the next block's reflector entries are loaded
+    // (from local memory) while this block runs. Same operations in the same order.
+    constexpr int QB = DC_QS_PREFETCH;
+    constexpr int STEPS = N - 2;
+    real ub[QB][SLOTS], wb[QB][SLOTS];
+#pragma unroll
+    for (int t = 0; t < QB; ++t) {
+        const int st = t < STEPS ? t : STEPS - 1;
+        const int i = transpose ? N - 1 - st : 2 + st;
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            ub[t][s] = h.u[s][i];
+            wb[t][s] = h.w[s][i];
+        }
+    }
+#pragma unroll 1
+    for (int b0 = 0; b0 < STEPS; b0 += QB) {
+        real un[QB][SLOTS], wn[QB][SLOTS];
+#pragma unroll
+        for (int t = 0; t < QB; ++t) {
+            const int st = b0 + QB + t < STEPS ? b0 + QB + t : STEPS - 1;
+            const int i = transpose ? N - 1 - st : 2 + st;
+#pragma unroll
+            for (int s = 0; s < SLOTS; ++s) {
+                un[t][s] = h.u[s][i];
+                wn[t][s] = h.w[s][i];
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < QB; ++t) {
+            const int step = b0 + t;
+            if (step < STEPS) {
+                const int i = transpose ? N - 1 - step : 2 + step;
+                real dot = 0;
+#pragma unroll
+                for (int s = 0; s < SLOTS; ++s) {
+                    const int k = lane + 32 * s;
+                    if (k < i) dot += ub[t][s] * y[s];
+                }
+                dot = warp_sum(dot);
+#pragma unroll
+                for (int s = 0; s < SLOTS; ++s) {
+                    const int k = lane + 32 * s;
+                    if (k < i) y[s] -= wb[t][s] * dot;
+                }
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < QB; ++t)
+#pragma unroll
+            for (int s = 0; s < SLOTS; ++s) {
+                ub[t][s] = un[t][s];
+                wb[t][s] = wn[t][s];
+            }
+    }
+    return;
+#endif
+#if DC_UNROLL_QV
     UNROLL_QV
+#else
+    ROLL_QS
+#endif
     for (int step = 0; step < N - 2; ++step) {
         const int i = transpose ? N - 1 - step : 2 + step;
         real dot = 0;
