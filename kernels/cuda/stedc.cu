@@ -57,21 +57,33 @@
 #define DC_NOINLINE_EVAL 1
 #endif
 #endif
+// DC_W_REGS: the merges keep column j of W in registers of lane j and form Z = Q W in
+// place, row chunk by row chunk, so W needs no matrix in shared memory (one N x LD
+// matrix per system instead of two: at n = 30 f64 16 systems per SM instead of 12).
+// Same operations in the same order as the shared-memory W. Taken where it measured
+// faster (benches/RESULTS.md, round 4): f64, 16 < N <= 32 (n = 16 f64 and n = 30 f32
+// were slower with it: larger code, fewer registers free). dc_shared_bytes in
+// kernels/src/cuda/solver.rs makes the same choice.
+#define DC_W_REGS (REAL_F64 && N > 16 && N <= 32)
 // DC_ROLL_COLD: `#pragma unroll 1` on loops that run once per merge or per root (merge
 // positions, pole maximum, ranks, |z|^2 sums, the Gu-Eisenstat product), so that the
 // compiler's partial unrolling does not copy them (code size: the kernel's speed
 // depends on its hot loops staying in the instruction cache, RESULTS.md round 4).
-// DC_WREG_JB: the register-W product is instantiated for node lengths <= 8 and <= N
-// (2) or for <= 4, 8, 16, N (4).
+// DC_WREG_JB (DC_W_REGS only): the register-W product is instantiated for node lengths
+// <= 4, 8, 16, N (4), <= 8 and <= N (2) or <= N (1). DC_WCOL_LOCAL (DC_W_REGS only):
+// the W column's divisions in rolled loops through local memory.
+// Defaults: f32 and f64 outside 16 < n <= 32 rolled (faster there, round 5); with
+// DC_W_REGS (f64 16 < n <= 32) round 4's code shape: every round-5 shape change, alone
+// or together, made f64 n = 30 slower there (7.3 -> 3.4-4.3 M/s, RESULTS.md round 5),
+// for a reason not yet established.
 #ifndef DC_ROLL_COLD
-#define DC_ROLL_COLD 1
+#define DC_ROLL_COLD (!DC_W_REGS)
 #endif
 #ifndef DC_WREG_JB
-#define DC_WREG_JB 2
+#define DC_WREG_JB 4
 #endif
-// DC_WCOL_LOCAL: the W column's divisions in rolled loops through local memory.
 #ifndef DC_WCOL_LOCAL
-#define DC_WCOL_LOCAL 1
+#define DC_WCOL_LOCAL 0
 #endif
 #if DC_ROLL_COLD
 #define ROLL_COLD _Pragma("unroll 1")
@@ -104,18 +116,9 @@
 #define EVAL_INLINE
 #endif
 
-// DC_W_REGS: the merges keep column j of W in registers of lane j and form Z = Q W in
-// place, row chunk by row chunk, so W needs no matrix in shared memory (one N x LD
-// matrix per system instead of two: at n = 30 f64 16 systems per SM instead of 12).
-// Same operations in the same order as the shared-memory W. Taken where it measured
-// faster (benches/RESULTS.md, round 4): f64, 16 < N <= 32 (n = 16 f64 and n = 30 f32
-// were slower with it: larger code, fewer registers free). dc_shared_bytes in
-// kernels/src/cuda/solver.rs makes the same choice.
-#define DC_W_REGS (REAL_F64 && N > 16 && N <= 32)
 // DC_ROLL_STEPS: `#pragma unroll 1` on the Householder step loop, apply_q and (without
-// DC_UNROLL_QV) apply_q_saved; otherwise the compiler unrolls them completely (28 copies
-// at n = 30). Rolled, f32 and f64 n = 16 measured faster (smaller code), f64 n = 30 with
-// DC_W_REGS much slower (RESULTS.md, round 5).
+// DC_UNROLL_QV) apply_q_saved; otherwise the compiler may unroll them completely
+// (apply_q_saved: 28 copies at n = 30). Default as DC_ROLL_COLD.
 #ifndef DC_ROLL_STEPS
 #define DC_ROLL_STEPS (!DC_W_REGS)
 #endif
