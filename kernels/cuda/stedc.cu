@@ -57,6 +57,39 @@
 #define DC_NOINLINE_EVAL 1
 #endif
 #endif
+// DC_W_REGS: the merges keep column j of W in registers of lane j and form Z = Q W in
+// place, row chunk by row chunk, so W needs no matrix in shared memory (one N x LD
+// matrix per system instead of two: at n = 30 f64 16 systems per SM instead of 12).
+// Same operations in the same order as the shared-memory W. Taken where it measured
+// faster (benches/RESULTS.md, round 4): f64, 16 < N <= 32 (n = 16 f64 and n = 30 f32
+// were slower with it: larger code, fewer registers free). dc_shared_bytes in
+// kernels/src/cuda/solver.rs makes the same choice.
+#define DC_W_REGS (REAL_F64 && N > 16 && N <= 32)
+// DC_ROLL_COLD: `#pragma unroll 1` on loops that run once per merge or per root (merge
+// positions, pole maximum, ranks, |z|^2 sums, the Gu-Eisenstat product), so that the
+// compiler's partial unrolling does not copy them (code size: the kernel's speed
+// depends on its hot loops staying in the instruction cache, RESULTS.md round 4).
+// DC_WREG_JB (DC_W_REGS only): the register-W product is instantiated for node lengths
+// <= 4, 8, 16, N (4), <= 8 and <= N (2) or <= N (1). DC_WCOL_LOCAL (DC_W_REGS only):
+// the W column's divisions in rolled loops through local memory.
+// Defaults: f32 and f64 outside 16 < n <= 32 rolled (faster there, round 5); with
+// DC_W_REGS (f64 16 < n <= 32) round 4's code shape: every round-5 shape change, alone
+// or together, made f64 n = 30 slower there (7.3 -> 3.4-4.3 M/s, RESULTS.md round 5),
+// for a reason not yet established.
+#ifndef DC_ROLL_COLD
+#define DC_ROLL_COLD (!DC_W_REGS)
+#endif
+#ifndef DC_WREG_JB
+#define DC_WREG_JB 4
+#endif
+#ifndef DC_WCOL_LOCAL
+#define DC_WCOL_LOCAL 0
+#endif
+#if DC_ROLL_COLD
+#define ROLL_COLD _Pragma("unroll 1")
+#else
+#define ROLL_COLD
+#endif
 #if DC_UNROLL_HH
 #define UNROLL_HH _Pragma("unroll 4")
 #else
@@ -83,14 +116,42 @@
 #define EVAL_INLINE
 #endif
 
-// DC_W_REGS: the merges keep column j of W in registers of lane j and form Z = Q W in
-// place, row chunk by row chunk, so W needs no matrix in shared memory (one N x LD
-// matrix per system instead of two: at n = 30 f64 16 systems per SM instead of 12).
-// Same operations in the same order as the shared-memory W. Taken where it measured
-// faster (benches/RESULTS.md, round 4): f64, 16 < N <= 32 (n = 16 f64 and n = 30 f32
-// were slower with it: larger code, fewer registers free). dc_shared_bytes in
-// kernels/src/cuda/solver.rs makes the same choice.
-#define DC_W_REGS (REAL_F64 && N > 16 && N <= 32)
+// DC_ROLL_STEPS: `#pragma unroll 1` on the Householder step loop, apply_q and (without
+// DC_UNROLL_QV) apply_q_saved; otherwise the compiler may unroll them completely
+// (apply_q_saved: 28 copies at n = 30). Default as DC_ROLL_COLD.
+#ifndef DC_ROLL_STEPS
+#define DC_ROLL_STEPS (!DC_W_REGS)
+#endif
+// (DC_ROLL_HH, DC_ROLL_QT, DC_ROLL_QS: the three loops separately.)
+#ifndef DC_ROLL_HH
+#define DC_ROLL_HH DC_ROLL_STEPS
+#endif
+#ifndef DC_ROLL_QT
+#define DC_ROLL_QT DC_ROLL_STEPS
+#endif
+#ifndef DC_ROLL_QS
+#define DC_ROLL_QS DC_ROLL_STEPS
+#endif
+// DC_QS_PREFETCH = QB > 0: apply_q_saved rolled over blocks of QB steps, the next
+// block's reflector entries loaded ahead (development switch).
+#ifndef DC_QS_PREFETCH
+#define DC_QS_PREFETCH 0
+#endif
+#if DC_ROLL_HH
+#define ROLL_HH _Pragma("unroll 1")
+#else
+#define ROLL_HH
+#endif
+#if DC_ROLL_QT
+#define ROLL_QT _Pragma("unroll 1")
+#else
+#define ROLL_QT
+#endif
+#if DC_ROLL_QS
+#define ROLL_QS _Pragma("unroll 1")
+#else
+#define ROLL_QS
+#endif
 #ifndef DC_ROW_CHUNK
 #define DC_ROW_CHUNK 4
 #endif
@@ -237,6 +298,7 @@ __device__ Check residual_check_warp(const real* a, const real* b, const real* x
 // qv: N scratch.
 // ---------------------------------------------------------------------------------
 __device__ void householder_tridiagonalize(real* a, real* d, real* e, real* qv, int lane) {
+    ROLL_HH
     for (int i = N - 1; i >= 2; --i) {
         const int l = i - 1;
         real x[SLOTS], t[SLOTS];
@@ -335,6 +397,7 @@ __device__ void householder_tridiagonalize(real* a, real* d, real* e, real* qv, 
 // y <- Q^T y (transpose = true) or Q y with the reflectors left in a; y: lane k holds
 // y_k in slot k / 32.
 __device__ void apply_q(const real* a, real (&y)[SLOTS], bool transpose, int lane) {
+    ROLL_QT
     for (int step = 0; step < N - 2; ++step) {
         const int i = transpose ? N - 1 - step : 2 + step;
         real dot = 0;
@@ -374,7 +437,69 @@ __device__ void save_reflectors(const real* a, Reflectors& h, int lane) {
 
 // apply_q with the reflectors from `h` (same operations in the same order).
 __device__ void apply_q_saved(const Reflectors& h, real (&y)[SLOTS], bool transpose, int lane) {
+#if DC_QS_PREFETCH > 0
+    // Rolled over blocks of QB steps; the next block's reflector entries are loaded
+    // (from local memory) while this block runs. Same operations in the same order.
+    constexpr int QB = DC_QS_PREFETCH;
+    constexpr int STEPS = N - 2;
+    real ub[QB][SLOTS], wb[QB][SLOTS];
+#pragma unroll
+    for (int t = 0; t < QB; ++t) {
+        const int st = t < STEPS ? t : STEPS - 1;
+        const int i = transpose ? N - 1 - st : 2 + st;
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            ub[t][s] = h.u[s][i];
+            wb[t][s] = h.w[s][i];
+        }
+    }
+#pragma unroll 1
+    for (int b0 = 0; b0 < STEPS; b0 += QB) {
+        real un[QB][SLOTS], wn[QB][SLOTS];
+#pragma unroll
+        for (int t = 0; t < QB; ++t) {
+            const int st = b0 + QB + t < STEPS ? b0 + QB + t : STEPS - 1;
+            const int i = transpose ? N - 1 - st : 2 + st;
+#pragma unroll
+            for (int s = 0; s < SLOTS; ++s) {
+                un[t][s] = h.u[s][i];
+                wn[t][s] = h.w[s][i];
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < QB; ++t) {
+            const int step = b0 + t;
+            if (step < STEPS) {
+                const int i = transpose ? N - 1 - step : 2 + step;
+                real dot = 0;
+#pragma unroll
+                for (int s = 0; s < SLOTS; ++s) {
+                    const int k = lane + 32 * s;
+                    if (k < i) dot += ub[t][s] * y[s];
+                }
+                dot = warp_sum(dot);
+#pragma unroll
+                for (int s = 0; s < SLOTS; ++s) {
+                    const int k = lane + 32 * s;
+                    if (k < i) y[s] -= wb[t][s] * dot;
+                }
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < QB; ++t)
+#pragma unroll
+            for (int s = 0; s < SLOTS; ++s) {
+                ub[t][s] = un[t][s];
+                wb[t][s] = wn[t][s];
+            }
+    }
+    return;
+#endif
+#if DC_UNROLL_QV
     UNROLL_QV
+#else
+    ROLL_QS
+#endif
     for (int step = 0; step < N - 2; ++step) {
         const int i = transpose ? N - 1 - step : 2 + step;
         real dot = 0;
@@ -601,6 +726,7 @@ __device__ bool secular_root(int i, const real* d, const real* z, int k, real rh
         ev = sec_evaluate(d, z, k, rhoinv, i, a, mid);
         if (ev.f >= (real)0) {
             real right = 0;
+            ROLL_COLD
             for (int j = i + 1; j < k; ++j) right += z[j] * z[j];
             origin = i;
             tau = mid;
@@ -608,6 +734,7 @@ __device__ bool secular_root(int i, const real* d, const real* z, int k, real rh
             lo = z[i] * z[i] / (two * (rhoinv + two * right / gap));
         } else {
             real left = 0;
+            ROLL_COLD
             for (int j = 0; j <= i; ++j) left += z[j] * z[j];
             origin = i + 1;
             tau = mid - gap;
@@ -616,6 +743,7 @@ __device__ bool secular_root(int i, const real* d, const real* z, int k, real rh
         }
     } else {
         real znorm2 = 0;
+        ROLL_COLD
         for (int j = 0; j < k; ++j) znorm2 += z[j] * z[j];
         real ub = rho * znorm2;
         real mid = ub / two;
@@ -803,6 +931,28 @@ __device__ void w_product_regs(Ws& ws, const bool (&act)[SLOTS], const int (&nf)
             const real* dkf = ws.dk + f;
             const real dorg = dkf[ws.sorg[i]], tau = ws.stau[i];
             real vmax = 0;
+#if DC_WCOL_LOCAL
+            // The entries go through a per-lane array in local memory so that the
+            // divisions stay in two rolled loops (one copy of each in the code).
+            real xs[JB];
+#pragma unroll 1
+            for (int l = 0; l < k; ++l) {
+                const real x = ws.zh[f + l] / ((dkf[l] - dorg) - tau);
+                xs[l] = x;
+                vmax = fmax(vmax, fabs(x));
+            }
+            real norm2 = 0;
+#pragma unroll 1
+            for (int l = 0; l < k; ++l) {
+                const real x = xs[l] / vmax;
+                xs[l] = x;
+                norm2 += x * x;
+            }
+            const real inv = (real)1 / sqrt(norm2);
+#pragma unroll
+            for (int l = 0; l < JB; ++l)
+                if (l < k) wcol[l] = xs[l] * inv;
+#else
 #pragma unroll
             for (int l = 0; l < JB; ++l) {
                 if (l < k) {
@@ -824,6 +974,7 @@ __device__ void w_product_regs(Ws& ws, const bool (&act)[SLOTS], const int (&nf)
 #pragma unroll
             for (int l = 0; l < JB; ++l)
                 if (l < k) wcol[l] *= inv;
+#endif
         }
     }
     // Column of the new Z written by this lane, source column of a deflated one.
@@ -889,10 +1040,12 @@ __device__ bool merge_level(int depth, real* d, const real* e, Ws& ws, const int
         int pos;
         if (a < n1[s]) {
             int c = 0;
+            ROLL_COLD
             for (int b = n1[s]; b < nl[s]; ++b) c += d[f + b] < v;
             pos = a + c;
         } else {
             int c = 0;
+            ROLL_COLD
             for (int b = 0; b < n1[s]; ++b) c += d[f + b] <= v;
             pos = a - n1[s] + c;
         }
@@ -929,6 +1082,7 @@ __device__ bool merge_level(int depth, real* d, const real* e, Ws& ws, const int
         kept[s] = false;
         if (!act[s]) continue;
         real m = 0;
+        ROLL_COLD
         for (int b = 0; b < nl[s]; ++b) m = fmax(m, fabs(ws.dsrt[nf[s] + b]));
         dmax[s] = m;
         tol[s] = (real)8 * REAL_EPS * fmax(m, rho[s]);
@@ -1089,7 +1243,11 @@ __device__ bool merge_level(int depth, real* d, const real* e, Ws& ws, const int
         const real* dkf = ws.dk + f;
         const real dl = dkf[l];
         real prod = (dl - dkf[ws.sorg[i]]) - ws.stau[i];
+#if DC_ROLL_COLD && !DC_UNROLL_GW
+#pragma unroll 1
+#else
         UNROLL_GW
+#endif
         for (int j = 0; j < k; ++j) {
             if (j == l) continue;
             const real delta = (dl - dkf[ws.sorg[f + j]]) - ws.stau[f + j];
@@ -1132,6 +1290,7 @@ __device__ bool merge_level(int depth, real* d, const real* e, Ws& ws, const int
         }
         const real v = ws.vals[i];
         int r = 0;
+        ROLL_COLD
         for (int b = 0; b < nl[s]; ++b) {
             const real vb = ws.vals[f + b];
             r += (vb < v || (vb == v && b < j));
@@ -1143,7 +1302,12 @@ __device__ bool merge_level(int depth, real* d, const real* e, Ws& ws, const int
 #pragma unroll
     for (int s = 0; s < SLOTS; ++s) lmax = max(lmax, act[s] ? nl[s] : 0);
     lmax = warp_max_int(lmax);
-#if DC_W_REGS
+#if DC_W_REGS && DC_WREG_JB == 1
+    w_product_regs<N>(ws, act, nf, nl, kk, lmax, lane);
+#elif DC_W_REGS && DC_WREG_JB == 2
+    if (lmax <= 8) w_product_regs<(N < 8 ? N : 8)>(ws, act, nf, nl, kk, lmax, lane);
+    else w_product_regs<N>(ws, act, nf, nl, kk, lmax, lane);
+#elif DC_W_REGS
     if (lmax <= 4) w_product_regs<(N < 4 ? N : 4)>(ws, act, nf, nl, kk, lmax, lane);
     else if (lmax <= 8) w_product_regs<(N < 8 ? N : 8)>(ws, act, nf, nl, kk, lmax, lane);
     else if (lmax <= 16) w_product_regs<(N < 16 ? N : 16)>(ws, act, nf, nl, kk, lmax, lane);
@@ -1297,6 +1461,7 @@ __device__ bool stedc(real* d, real* e, Ws& ws, int lane) {
             if (i >= N) continue;
             const real v = d[i];
             int r = 0;
+            ROLL_COLD
             for (int b = 0; b < N; ++b) r += (d[b] < v || (d[b] == v && b < i));
             ws.rnk[i] = r;
         }
@@ -1444,7 +1609,16 @@ __device__ real* carve(unsigned char* smem, real** a, Ws& ws) {
 // Solves systems idx[k] (k < count; idx == nullptr: system k) by Householder + divide
 // and conquer + truncated solve (levels 1-2 of solve_one for Strategy::DivideConquer).
 // X and rep are written for those systems only; rep.method = 2 | (discarded << 8).
-extern "C" __global__ void __launch_bounds__(32)
+// DC_MIN_BLOCKS (development switch): resident blocks per SM asked of the register
+// allocator.
+#if defined(DC_MIN_BLOCKS)
+#define DC_BOUNDS __launch_bounds__(32, DC_MIN_BLOCKS)
+#elif defined(DC_MAXNREG)
+#define DC_BOUNDS __maxnreg__(DC_MAXNREG)
+#else
+#define DC_BOUNDS __launch_bounds__(32)
+#endif
+extern "C" __global__ void DC_BOUNDS
 ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, real* __restrict__ X,
                       GpuReport* __restrict__ rep, const unsigned int* __restrict__ idx, long long count,
                       double threshold) {

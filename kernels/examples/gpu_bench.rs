@@ -414,8 +414,8 @@ fn main() -> ExitCode {
         });
     }
     // GPU_BENCH_VARIANTS=dc: L D L^T (tuned), escalating and divide and conquer only;
-    // esc: L D L^T (tuned) and escalating; ldlt: L D L^T (tuned) only; ldltsweep: the
-    // L D L^T n* sweep only; hh: the Householder + PCR n* sweep only; tuned: L D L^T and
+    // dconly: divide and conquer alone; esc: L D L^T (tuned) and escalating; ldlt:
+    // L D L^T (tuned) only; ldltsweep: the L D L^T n* sweep only; hh: the Householder + PCR n* sweep only; tuned: L D L^T and
     // Householder + PCR with their tuned n* only.
     match std::env::var("GPU_BENCH_VARIANTS").as_deref() {
         Ok("dc") => {
@@ -431,6 +431,7 @@ fn main() -> ExitCode {
                 BenchVariant::Escalating,
             ];
         }
+        Ok("dconly") => cfg.variants = vec![BenchVariant::DivideConquer],
         Ok("ldlt") => cfg.variants = vec![BenchVariant::Ldlt(LdltOrganisation::Auto)],
         Ok("ldltsweep") => cfg.variants = vec![BenchVariant::LdltNstarSweep],
         Ok("hh") => cfg.variants = vec![BenchVariant::HouseholderNstarSweep],
