@@ -60,11 +60,18 @@
 // DC_W_REGS: the merges keep column j of W in registers of lane j and form Z = Q W in
 // place, row chunk by row chunk, so W needs no matrix in shared memory (one N x LD
 // matrix per system instead of two: at n = 30 f64 16 systems per SM instead of 12).
-// Same operations in the same order as the shared-memory W. Taken where it measured
-// faster (benches/RESULTS.md, round 4): f64, 16 < N <= 32 (n = 16 f64 and n = 30 f32
-// were slower with it: larger code, fewer registers free). dc_shared_bytes in
-// kernels/src/cuda/solver.rs makes the same choice.
-#define DC_W_REGS (REAL_F64 && N > 16 && N <= 32)
+// Same operations in the same order as the shared-memory W. Off by default (a
+// development switch, N <= 32 only; the host's two matrices are then more than
+// enough): round 4 took it for f64 16 < N <= 32, where it made the diagonally dominant
+// family 7% faster (6.8 -> 7.3 M/s at n = 30, H100) but the paper and basket29
+// families 17-21% slower (2.56 -> 2.02 and 2.80 -> 2.33), measured side by side in
+// RESULTS.md, "Final verification of main after the third session's rounds".
+#ifndef DC_W_REGS
+#define DC_W_REGS 0
+#endif
+// f64 16 < n <= 32: round 4's code shape (DC_ROUND4_SHAPE), whether or not W is in
+// registers: every round-5 shape change made f64 n = 30 slower there.
+#define DC_ROUND4_SHAPE (REAL_F64 && N > 16 && N <= 32)
 // DC_ROLL_COLD: `#pragma unroll 1` on loops that run once per merge or per root (merge
 // positions, pole maximum, ranks, |z|^2 sums, the Gu-Eisenstat product), so that the
 // compiler's partial unrolling does not copy them (code size: the kernel's speed
@@ -72,12 +79,12 @@
 // DC_WREG_JB (DC_W_REGS only): the register-W product is instantiated for node lengths
 // <= 4, 8, 16, N (4), <= 8 and <= N (2) or <= N (1). DC_WCOL_LOCAL (DC_W_REGS only):
 // the W column's divisions in rolled loops through local memory.
-// Defaults: f32 and f64 outside 16 < n <= 32 rolled (faster there, round 5); with
-// DC_W_REGS (f64 16 < n <= 32) round 4's code shape: every round-5 shape change, alone
-// or together, made f64 n = 30 slower there (7.3 -> 3.4-4.3 M/s, RESULTS.md round 5),
-// for a reason not yet established.
+// Defaults: f32 and f64 outside 16 < n <= 32 rolled (faster there, round 5); f64
+// 16 < n <= 32 keeps round 4's code shape (DC_ROUND4_SHAPE): every round-5 shape change,
+// alone or together, made f64 n = 30 slower there (7.3 -> 3.4-4.3 M/s with W in
+// registers, RESULTS.md round 5), for a reason not yet established.
 #ifndef DC_ROLL_COLD
-#define DC_ROLL_COLD (!DC_W_REGS)
+#define DC_ROLL_COLD (!DC_ROUND4_SHAPE)
 #endif
 #ifndef DC_WREG_JB
 #define DC_WREG_JB 4
@@ -120,7 +127,7 @@
 // DC_UNROLL_QV) apply_q_saved; otherwise the compiler may unroll them completely
 // (apply_q_saved: 28 copies at n = 30). Default as DC_ROLL_COLD.
 #ifndef DC_ROLL_STEPS
-#define DC_ROLL_STEPS (!DC_W_REGS)
+#define DC_ROLL_STEPS (!DC_ROUND4_SHAPE)
 #endif
 // (DC_ROLL_HH, DC_ROLL_QT, DC_ROLL_QS: the three loops separately.)
 #ifndef DC_ROLL_HH
@@ -1565,7 +1572,7 @@ __device__ int truncated_eigen_solve(const real* lambda, const real* z, real* v,
 
 // Shared-memory layout of one system: DC_MATS N x LD matrices (one when DC_W_REGS, two
 // otherwise) and DC_VECS vectors of N reals, then DC_INTS ints; the host computes the
-// same size (dc_shared_bytes in kernels/src/cuda/solver.rs). The first matrix holds A
+// size for two matrices (dc_shared_bytes in kernels/src/cuda/solver.rs). The first matrix holds A
 // and the reflectors during the Householder step (the reflectors are then kept per lane
 // in local memory, see Reflectors), then Z during stedc when DC_W_REGS; otherwise W
 // during stedc, Z in the second; the rotations of the sequential deflation scan

@@ -116,14 +116,12 @@ pub struct EscalationCounts {
 }
 
 /// Dynamic shared memory of `divide_conquer` for size `n` (`DC_REALS` reals and
-/// `DC_INTS` ints of `cuda/stedc.cu`: `DC_MATS` `n x ld` matrices, `ld` = `n` rounded
-/// up to odd, one where W is kept in registers (`DC_W_REGS`: f64, `16 < n <= 32`) and
-/// two elsewhere, and 11 vectors of reals, 7 of ints), rounded up to 16 bytes.
+/// `DC_INTS` ints of `cuda/stedc.cu`: two `n x ld` matrices, `ld` = `n` rounded up to
+/// odd (the development switch `DC_W_REGS` needs only one), and 11 vectors of reals, 7
+/// of ints), rounded up to 16 bytes.
 pub fn dc_shared_bytes(n: usize, elem_bytes: usize) -> usize {
     let ld = n | 1;
-    let w_regs = elem_bytes == 8 && n > 16 && n <= 32;
-    let mats = if w_regs { 1 } else { 2 };
-    ((mats * n * ld + 11 * n) * elem_bytes + 7 * n * 4).next_multiple_of(16)
+    ((2 * n * ld + 11 * n) * elem_bytes + 7 * n * 4).next_multiple_of(16)
 }
 
 /// Dynamic shared memory of `ldlt_check` / `pcr_check` (`CHECK_REALS` of
