@@ -64,20 +64,10 @@ __device__ __forceinline__ real hh_add_mul(real acc, real p, real q) {
 #ifndef HH_P4
 #define HH_P4 0
 #endif
-// HH_SBUF 1: one shared buffer of packed A and b per system instead of two: the next
-// system's copy starts as soon as this one's rows are in registers, and the residual
-// reads A and b again from global memory (L2). Uses less than `householder_elems`
-// (sized for 0); the occupancy gain needs that function cut to n (n + 1) / 2 + 15 n.
-// Measured with the cut (round 7, H100, n = 30): f64 n* = 16 40.5 M/s (65 without),
-// n* = 32 54.2 (12 warps/SM); f32 n* = 16 109; so off.
-#ifndef HH_SBUF
-#define HH_SBUF 0
-#endif
-#if HH_SBUF
-#define HH_BUFS 1
-#else
+// Two shared buffers of packed A and b per system (the next system's copy overlaps this
+// one). One buffer, with the residual reading A and b again from global memory, was
+// measured slower in round 7 (f64 n = 30 40.5 against 65 M/s, benches/RESULTS.md).
 #define HH_BUFS 2
-#endif
 
 #if HH_RSQ
 __device__ __forceinline__ real hh_rsqrt(real q) {
@@ -93,42 +83,6 @@ __device__ __forceinline__ real hh_rcp12(real d) {
 #else
     return rcp_rn_fast_f32(d);
 #endif
-}
-#endif
-
-#if HH_SBUF
-// As `group_residual` (same arithmetic, same order), with A and b read from global
-// memory: entry (i, c) of the lower triangle at gA[min * N + max].
-__device__ __forceinline__ double hh_residual_global(const real* __restrict__ gA, const real* __restrict__ gB,
-                                                     const real* sx, const real* x, const Group& g,
-                                                     real* scratch, int* iscratch) {
-    real r_max = 0, a_max = 0, x_max = 0, b_max = 0;
-    bool nan_row = false;
-#pragma unroll
-    for (int s = 0; s < R; ++s) {
-        int i = g.t + s * NSTAR;
-        if (g.t < NSTAR && i < N) {
-            real acc = 0, row = 0;
-#pragma unroll
-            for (int c = 0; c < N; ++c) {
-                real aic = (i >= c) ? __ldg(gA + c * N + i) : __ldg(gA + i * N + c);
-                acc += aic * sx[c];
-                row += fabs(aic);
-            }
-            const real bi = __ldg(gB + i);
-            real ri = fabs(bi - acc);
-            if (isnan(ri) || !finite(x[s])) nan_row = true;
-            r_max = fmax(r_max, ri);
-            a_max = fmax(a_max, row);
-            x_max = fmax(x_max, fabs(x[s]));
-            b_max = fmax(b_max, fabs(bi));
-        }
-    }
-    bool any_nan = group_any(nan_row, g, iscratch);
-    group_max4(r_max, a_max, x_max, b_max, scratch);
-    if (any_nan) return __longlong_as_double(0x7ff8000000000000ULL);
-    double den = (double)a_max * (double)x_max + (double)b_max;
-    return den == 0.0 ? 0.0 : (double)r_max / den;
 }
 #endif
 
@@ -181,12 +135,6 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
 #pragma unroll 1
     for (long long tile = blockIdx.x, it = 0; tile * spb < batch; tile += gridDim.x, ++it, g.sys += stride) {
     const long long next = g.sys + stride;
-#if HH_SBUF
-    cp_async_wait<0>();
-    group_sync();
-    const real* sA = sbase;
-    const real* sB = sB0;
-#else
     const int buf = it & 1;
     prefetch_system(A + (next < batch ? next : 0) * (N * N), B + (next < batch ? next : 0) * N,
                     sbase + (buf ^ 1) * PA, sB0 + (buf ^ 1) * N, g, next < batch);
@@ -195,22 +143,17 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
     group_sync();
     const real* sA = sbase + buf * PA;
     const real* sB = sB0 + buf * N;
-#endif
     const bool active = g.sys < batch;
     const long long sys = active ? g.sys : 0;
     bool bad = false;
     real b[R];
-#if !HH_SBUF
     real borig[R];
-#endif
 #pragma unroll
     for (int s = 0; s < R; ++s) {
         int i = g.t + s * NSTAR;
         b[s] = (g.t < NSTAR && i < N && active) ? sB[i] : (real)0;
         bad |= !finite(b[s]);
-#if !HH_SBUF
         borig[s] = b[s];
-#endif
     }
 
     // Full symmetric rows into registers.
@@ -231,13 +174,6 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
             a[s][k] = v;
         }
     }
-#if HH_SBUF
-    // Every row is in registers: the buffer takes the next system.
-    group_sync();
-    prefetch_system(A + (next < batch ? next : 0) * (N * N), B + (next < batch ? next : 0) * N, sbase, sB0, g,
-                    next < batch);
-    cp_async_commit();
-#endif
 
     // Tridiagonalization.
 #pragma unroll
@@ -478,11 +414,7 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
 
     bad = group_any(bad, g, iscratch);
     breakdown = group_any(breakdown, g, iscratch);
-#if HH_SBUF
-    double res = hh_residual_global(A + sys * (N * N), B + sys * N, sx, x, g, red_scratch, iscratch);
-#else
     double res = group_residual(sA, sx, borig, x, g, red_scratch, iscratch);
-#endif
     unsigned status = bad ? STATUS_NON_FINITE_INPUT
                     : breakdown ? STATUS_FAILED
                     : isnan(res) ? STATUS_FAILED : STATUS_OK;
