@@ -900,11 +900,7 @@ mod tests {
     #[test]
     #[ignore = "needs NVRTC (libnvrtc)"]
     fn engine_kernel_compiles() {
-        // SAFETY: only tries to dlopen libnvrtc.
-        assert!(
-            unsafe { cudarc::nvrtc::sys::is_culib_present() },
-            "libnvrtc not found"
-        );
+        crate::cuda::assert_nvrtc_present();
         if let Err(e) = super::compile_cubin(&super::engine_source(), "engine.cu", "sm_90") {
             panic!("{e}");
         }

@@ -107,3 +107,12 @@ pub fn probe() -> Result<usize, GpuError> {
         })
     })
 }
+
+/// Panics unless libnvrtc can be loaded: the first line of the NVRTC compile tests
+/// (ignored on CI, which has no NVRTC), so that they fail rather than pass silently.
+#[cfg(test)]
+pub(crate) fn assert_nvrtc_present() {
+    // SAFETY: only tries to dlopen libnvrtc.
+    let present = unsafe { cudarc::nvrtc::sys::is_culib_present() };
+    assert!(present, "libnvrtc not found");
+}

@@ -358,11 +358,7 @@ mod tests {
     #[test]
     #[ignore = "needs NVRTC (libnvrtc)"]
     fn kernels_compile() {
-        // SAFETY: only tries to dlopen libnvrtc.
-        assert!(
-            unsafe { cudarc::nvrtc::sys::is_culib_present() },
-            "libnvrtc not found"
-        );
+        crate::cuda::assert_nvrtc_present();
         for (family, n, nstar) in [
             (KernelFamily::LdltGroup, 7, 4),
             (KernelFamily::LdltGroup, 33, 64),

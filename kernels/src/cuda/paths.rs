@@ -568,11 +568,7 @@ mod tests {
     #[test]
     #[ignore = "needs NVRTC (libnvrtc)"]
     fn paths_kernel_compiles() {
-        // SAFETY: only tries to dlopen libnvrtc.
-        assert!(
-            unsafe { cudarc::nvrtc::sys::is_culib_present() },
-            "libnvrtc not found"
-        );
+        crate::cuda::assert_nvrtc_present();
         if let Err(e) = super::compile_cubin(&super::paths_source(), "paths.cu", "sm_90") {
             panic!("{e}");
         }

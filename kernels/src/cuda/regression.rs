@@ -677,11 +677,7 @@ mod tests {
     #[test]
     #[ignore = "needs NVRTC (libnvrtc)"]
     fn regression_kernel_compiles() {
-        // SAFETY: only tries to dlopen libnvrtc.
-        assert!(
-            unsafe { cudarc::nvrtc::sys::is_culib_present() },
-            "libnvrtc not found"
-        );
+        crate::cuda::assert_nvrtc_present();
         let payoffs = [
             GpuUnderlying::Asset(0),
             GpuUnderlying::Basket(vec![(0, 0.5), (1, 0.25)]),
