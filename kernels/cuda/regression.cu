@@ -14,6 +14,9 @@
 // real, y likewise; the sums are scaled by inv = 1 / c_l in real. That is the CPU
 // engine's arithmetic (src/engine.rs), so the results match it bitwise.
 //
+// Two kernels: with TENSOR_CORES = 1 the f64 tensor-core build (its own header below;
+// not bitwise the CPU's sums), else the tile kernel described here.
+//
 // Defines (from the host): REAL_F64, N (basis size), DEG (longest chain, >= 1),
 // G (regressions per block), P (paths per chunk, a power of two
 // <= 32), STAGES (stage buffers of raw states: STAGES - 1 chunks are copied ahead of the
@@ -153,6 +156,179 @@ __device__ __forceinline__ void load_quad(const real* row, int q, real v[4]) {
 #endif
 }
 
+#if TENSOR_CORES
+// ---- f64 build on the FP64 tensor cores (TENSOR_CORES = 1; f64 only) ----
+//
+// One warp per regression, no block barriers. The warp stages chunks of 32 paths
+// (`cp.async`, STAGES - 1 chunks ahead) into its own buffers raw[STAGES][32][D] and
+// yraw[STAGES][32]; lane p evaluates the payoff of path p of the chunk, a ballot gives
+// the entering paths. Psi is never stored: for every k-step of 4 paths the lanes form
+// the fragments straight from the staged states. Augmented columns: 0..N-1 the basis
+// functions, N the cash flow y, N+1 .. 8 NB - 1 zero; path k0 + t%4 is the row lane t
+// owns, its column 8 I + t/4 for I < NB (psi of a path that does not enter is 0, so it
+// adds exact zeros). With mma.sync m8n8k4 (A 8 x 4 row-major: lane t holds
+// A[t/4][t%4]; B 4 x 8 column-major: lane t holds B[t%4][t/4]; C 8 x 8: lane t holds
+// C[t/4][2 (t%4) + {0, 1}]) the A fragment of Psi^T for row block I and the B fragment
+// of Psi for column block I are the same value, so one value per lane and block feeds
+// both: block (I, J), I >= J, of [Psi y]^T [Psi y] is acc[I][J] += frag[I] x frag[J].
+// Per 4 paths: NB (+ chain length - 1) + 1 shared loads per lane, NB (NB + 1) / 2
+// DMMAs; 4-path steps in which no path enters are skipped. b is row N.
+//
+// Arithmetic: psi as in the tile kernel (evaluated in double, chains from the root);
+// the sums' order and rounding are the tensor cores' (a DMMA adds 4 products per step),
+// so A and b are no longer bitwise the CPU's: each entry differs from the CPU's by at
+// most about (c + 1) eps (1/c) sum |psi_i| |psi_j| (to first order: the two summation
+// bounds gamma_c ~ c eps / 2 and the two roundings of the scaling), c the entering
+// paths. Scaling by 1/c in double as before.
+//
+// Defines (beyond the payoff function): N, DEG, D, W (regressions = warps per block),
+// STAGES (>= 2), THREADS (= 32 W), MIN_BLOCKS. Shared memory (dynamic, 16-byte
+// aligned): per warp raw[STAGES][32][D] double | yraw[STAGES][32] double.
+#define TC_CHUNK 32
+#define NB ((N + 1 + 7) / 8)
+#define NBLK (NB * (NB + 1) / 2)
+
+// D = A B + D for one 8 x 8 x 4 f64 block (A, B: this lane's fragment values).
+__device__ __forceinline__ void dmma_8x8x4(double& d0, double& d1, double a, double b) {
+    asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
+        : "+d"(d0), "+d"(d1)
+        : "d"(a), "d"(b));
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
+regression_build_f64(const double* __restrict__ states, long long path_stride,
+                     const double* __restrict__ y, double* __restrict__ A,
+                     double* __restrict__ B, unsigned* __restrict__ counts, long long batch,
+                     int m, int d, const int* __restrict__ chain_asset_g,
+                     const double* __restrict__ chain_inv_g, int kind, int put, double strike,
+                     const int* __restrict__ ua_g, const double* __restrict__ uw_g, int nu,
+                     int itm_only) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const long long l = (long long)blockIdx.x * W + warp;
+    if (l >= batch) return;  // whole warps: no barrier below spans warps
+    double* const raw = (double*)smem + (long long)warp * (STAGES * TC_CHUNK * (D + 1));
+    double* const yraw = raw + STAGES * TC_CHUNK * D;
+    const int chunks = (m + TC_CHUNK - 1) / TC_CHUNK;
+
+    // This lane's columns c = 8 I + lane / 4: a chain of factors (asset, 1/S_0), the
+    // constant 1 (empty chain), y (c == N) or 0 (c > N). Lanes without a chain take a
+    // throw-away value from asset 0 and select the constant.
+    int cha[NB][DEG];
+    double chi[NB][DEG];
+    bool is_chain[NB], is_y[NB];
+    double cst[NB];
+#pragma unroll
+    for (int I = 0; I < NB; ++I) {
+        const int c = 8 * I + (lane >> 2);
+        const bool chain = c < N && chain_asset_g[c * DEG] >= 0;
+        is_chain[I] = chain;
+        is_y[I] = c == N;
+        cst[I] = c < N ? 1.0 : 0.0;
+#pragma unroll
+        for (int e = 0; e < DEG; ++e) {
+            cha[I][e] = chain ? chain_asset_g[c * DEG + e] : (e == 0 ? 0 : -1);
+            chi[I][e] = chain ? chain_inv_g[c * DEG + e] : 0.0;
+        }
+    }
+
+    double acc[NBLK][2];
+#pragma unroll
+    for (int k = 0; k < NBLK; ++k) acc[k][0] = acc[k][1] = 0.0;
+    unsigned total = 0;
+
+    const double* const sl = states + l * path_stride;
+    const double* const yl = y + l * (long long)m;
+    // 16-byte copies when this regression's chunks start on 16-byte boundaries (every
+    // chunk starts 32 D doubles after the previous one).
+    const bool vec = (((unsigned long long)sl) & 15) == 0;
+    auto stage = [&](int c) {
+        if (c < chunks) {
+            const int p0 = c * TC_CHUNK, np = min(TC_CHUNK, m - p0), sb = c % STAGES;
+            const int ne = np * D;
+            const double* s = sl + (long long)p0 * D;
+            double* dst = raw + sb * (TC_CHUNK * D);
+            if (vec && np == TC_CHUNK) {
+#if __CUDA_ARCH__ >= 800
+                const unsigned dl = (unsigned)__cvta_generic_to_shared(dst + 2 * lane);
+                const unsigned long long gl =
+                    (unsigned long long)__cvta_generic_to_global(s + 2 * lane);
+#pragma unroll
+                for (int i = 0; i < (TC_CHUNK * D / 2 + 31) / 32; ++i)
+                    if (2 * (lane + 32 * i) < TC_CHUNK * D)
+                        copy_async16_raw(dl + 512 * i, gl + 512 * i);
+#else
+                for (int r = 2 * lane; r < TC_CHUNK * D; r += 64) copy_async16(dst + r, s + r);
+#endif
+            } else if (vec) {
+                for (int r = 2 * lane; r + 1 < ne; r += 64) copy_async16(dst + r, s + r);
+                if ((ne & 1) && lane == 0) copy_async8(dst + ne - 1, s + ne - 1);
+            } else {
+                for (int r = lane; r < ne; r += 32) copy_async8(dst + r, s + r);
+            }
+            if (lane < np) copy_async8(yraw + sb * TC_CHUNK + lane, yl + p0 + lane);
+        }
+        copy_async_commit();
+    };
+    for (int c = 0; c < STAGES - 1; ++c) stage(c);
+#pragma unroll 1
+    for (int c = 0; c < chunks; ++c) {
+        __syncwarp();  // every lane is done with the buffer chunk c + STAGES - 1 reuses
+        stage(c + STAGES - 1);
+        copy_async_wait<STAGES - 1>();  // chunk c's group is complete
+        __syncwarp();                   // and visible to the whole warp
+        const double* rb = raw + (c % STAGES) * (TC_CHUNK * D);
+        const double* yb = yraw + (c % STAGES) * TC_CHUNK;
+        const int np = min(TC_CHUNK, m - c * TC_CHUNK);
+        const bool f = lane < np && (!itm_only || payoff_enters(rb + lane * D, strike));
+        const unsigned mask = __ballot_sync(0xffffffffu, f);
+        total += __popc(mask);
+#pragma unroll
+        for (int k0 = 0; k0 < TC_CHUNK; k0 += 4) {
+            if (((mask >> k0) & 0xfu) == 0) continue;  // warp-uniform
+            const int p = k0 + (lane & 3);
+            const bool enters = (mask >> p) & 1u;
+            const double* sp = rb + p * D;
+            const double yv = yb[p];
+            double fr[NB];
+#pragma unroll
+            for (int I = 0; I < NB; ++I) {
+                // x = 1, then x = x * (S[asset] * inv_spot) along the chain.
+                double x = 1.0 * (sp[cha[I][0]] * chi[I][0]);
+#pragma unroll
+                for (int e = 1; e < DEG; ++e)
+                    if (cha[I][e] >= 0) x = x * (sp[cha[I][e]] * chi[I][e]);
+                const double v = is_chain[I] ? x : (is_y[I] ? yv : cst[I]);
+                fr[I] = enters ? v : 0.0;
+            }
+#pragma unroll
+            for (int I = 0; I < NB; ++I)
+#pragma unroll
+                for (int J = 0; J <= I; ++J) {
+                    const int k = I * (I + 1) / 2 + J;
+                    dmma_8x8x4(acc[k][0], acc[k][1], fr[I], fr[J]);
+                }
+        }
+    }
+    const double inv = total > 0 ? 1.0 / (double)total : 0.0;
+#pragma unroll
+    for (int I = 0; I < NB; ++I)
+#pragma unroll
+        for (int J = 0; J <= I; ++J)
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const int r = 8 * I + (lane >> 2), cc = 8 * J + 2 * (lane & 3) + i;
+                if (cc < N && r >= cc && r <= N) {
+                    const double v = total > 0 ? acc[I * (I + 1) / 2 + J][i] * inv : 0.0;
+                    if (r < N)
+                        A[l * (N * N) + cc * N + r] = v;
+                    else
+                        B[l * N + cc] = v;
+                }
+            }
+    if (lane == 0) counts[l] = total;
+}
+#else
 // states: element (l, mm, i) at states[l * path_stride + mm * d + i] (the inner states
 // at the exercise date); y: (l, mm) at y[l * m + mm]. A: batch x N x N column-major,
 // lower triangle written (upper untouched); B: batch x N; counts: batch.
@@ -398,3 +574,4 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
     }
     if (tid < G && l0 + tid < batch) counts[l0 + tid] = (unsigned)total[tid];
 }
+#endif  // TENSOR_CORES

@@ -12,15 +12,17 @@
 //! every state is still read from device memory: 36.5 GB is far beyond L2), and the
 //! engine's shape at 100,000 outer paths: launches of 50,000, with the outer-path stride
 //! of one date's states in the engine's `[l][s][mm][i]` buffer (5 dates) or packed.
-//! Variants: paths per chunk (P), stage buffers (S), regressions per block (G), FMA,
-//! prefetch of the next path's tile-row values (pf).
-//! `GPU_PATHS_BENCH_QUICK=1`: f64 only, no batch 65,536, P16 and P8 variants only. CUDA
-//! events, 2 warm-up runs, median of 10.
+//! Variants: the f64 tensor-core kernel (TC; stage buffers of 32 paths S, warps = regressions
+//! per block W) and the tile kernel (tiles: paths per chunk P, stage buffers S, FMA,
+//! prefetch of the next path's tile-row values pf; the only kernel of f32 builds).
+//! `GPU_PATHS_BENCH_QUICK=1`: f64 only, no batch 65,536, the TC variants and tiles P16
+//! only. CUDA events, 2 warm-up runs, median of 10.
 //!
 //! Floors per regression: bytes = states (m d 8) + y (m 8) + lower triangle of A and b
 //! in the working precision + the count, at the measured copy bandwidth; arithmetic =
 //! m (n+1)(n+2)/2 multiply-adds (b as row n of the augmented matrix), each a multiply
-//! and an add unless fused, at the device's FP64 / FP32 lane rate.
+//! and an add unless fused, at the device's FP64 / FP32 lane rate; for the tensor-core
+//! kernel (m / 4) x 10 DMMAs of 256 fused multiply-adds at twice the FP64 lane rate.
 
 use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags};
 use cudarc::driver::{CudaSlice, CudaStream};
@@ -151,7 +153,8 @@ fn bench_regression<T: GpuReal>(
             itm_fraction: entered as f64 / (batch * M) as f64,
             gbs: bytes / t * 1e-9,
             info: format!(
-                "G={} P={} S={} threads={} smem={} regs={} local={} blocks/SM={}",
+                "{} G={} P={} S={} threads={} smem={} regs={} local={} blocks/SM={}",
+                if info.tensor_cores { "TC" } else { "tiles" },
                 info.regressions_per_block,
                 info.paths_per_chunk,
                 info.stages,
@@ -314,89 +317,42 @@ fn run(report: Option<String>) -> Result<(), GpuError> {
             assets: D,
             inner_paths: M,
         };
+        let tiles = |paths_per_chunk, stages, fma, prefetch| RegressionConfig {
+            paths_per_chunk,
+            stages,
+            fma,
+            prefetch,
+            tensor_cores: false,
+            ..Default::default()
+        };
+        let tc = |stages, regressions_per_block| RegressionConfig {
+            stages,
+            regressions_per_block,
+            tensor_cores: true,
+            ..Default::default()
+        };
+        // (name, config, in the quick set)
         let variants = [
-            ("P16", RegressionConfig::default()),
-            (
-                "P16 fma",
-                RegressionConfig {
-                    fma: true,
-                    ..Default::default()
-                },
-            ),
-            (
-                "P16 S2",
-                RegressionConfig {
-                    stages: 2,
-                    ..Default::default()
-                },
-            ),
-            (
-                "P16 S4",
-                RegressionConfig {
-                    stages: 4,
-                    ..Default::default()
-                },
-            ),
-            (
-                "P16 S2 G4",
-                RegressionConfig {
-                    stages: 2,
-                    regressions_per_block: Some(4),
-                    ..Default::default()
-                },
-            ),
-            (
-                "P32",
-                RegressionConfig {
-                    paths_per_chunk: 32,
-                    ..Default::default()
-                },
-            ),
-            (
-                "P8",
-                RegressionConfig {
-                    paths_per_chunk: 8,
-                    ..Default::default()
-                },
-            ),
-            (
-                "P16 pf",
-                RegressionConfig {
-                    prefetch: true,
-                    ..Default::default()
-                },
-            ),
-            (
-                "P8 pf",
-                RegressionConfig {
-                    paths_per_chunk: 8,
-                    prefetch: true,
-                    ..Default::default()
-                },
-            ),
-            (
-                "P8 S3",
-                RegressionConfig {
-                    paths_per_chunk: 8,
-                    stages: 3,
-                    ..Default::default()
-                },
-            ),
-            (
-                "P8 S4",
-                RegressionConfig {
-                    paths_per_chunk: 8,
-                    stages: 4,
-                    ..Default::default()
-                },
-            ),
+            ("TC", RegressionConfig::default(), true),
+            ("TC S3", tc(3, None), true),
+            ("TC S4", tc(4, None), true),
+            ("TC S2 W7", tc(2, Some(7)), true),
+            ("TC S2 W14", tc(2, Some(14)), true),
+            ("TC S3 W3", tc(3, Some(3)), true),
+            ("tiles P16", tiles(16, 2, false, false), true),
+            ("tiles P16 fma", tiles(16, 2, true, false), false),
+            ("tiles P16 S4", tiles(16, 4, false, false), false),
+            ("tiles P32", tiles(32, 2, false, false), false),
+            ("tiles P8", tiles(8, 2, false, false), false),
+            ("tiles P16 pf", tiles(16, 2, false, true), false),
         ];
-        for (v, cfg) in variants {
-            if quick() && matches!(v, "P16 fma" | "P16 S2" | "P16 S2 G4" | "P16 S4" | "P32") {
+        for (v, cfg, in_quick) in variants {
+            if quick() && !in_quick {
                 continue;
             }
             bench_regression::<f64>(&stream, &spec, cfg, v, &states, &y, &mut rows)?;
-            if !quick() {
+            // f32 builds always run on the tile kernel.
+            if !quick() && !cfg.tensor_cores {
                 bench_regression::<f32>(&stream, &spec, cfg, v, &states, &y, &mut rows)?;
             }
         }
@@ -416,8 +372,18 @@ fn run(report: Option<String>) -> Result<(), GpuError> {
         } else {
             fp32_lanes
         };
-        let ops = if r.variant.contains("fma") { 1.0 } else { 2.0 };
-        let ceiling = lanes / (r.itm_fraction * M as f64 * madds * ops);
+        let ops = if r.variant.contains("fma") || r.variant.starts_with("TC") {
+            1.0
+        } else {
+            2.0
+        };
+        // Tensor cores: 10 DMMAs of 8 x 8 x 4 per 4 paths (every 4-path step counted),
+        // at twice the FP64 lane rate.
+        let ceiling = if r.variant.starts_with("TC") {
+            2.0 * lanes / (M as f64 / 4.0 * 10.0 * 256.0)
+        } else {
+            lanes / (r.itm_fraction * M as f64 * madds * ops)
+        };
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} | {:.2} | {:.0} | {:.3} | {:.1} | {:.0} | {} |",

@@ -400,19 +400,31 @@ fn independent_paths_match_cpu() {
 
 // ---- Regression build
 
+/// The CPU sums of one regression batch: `a`, `b` (the engine's arithmetic), the
+/// counts, and `|a|`, `|b|`: `(1/c) Σ |ψ_i| |ψ_j|` and `(1/c) Σ |ψ_i| |y|` in f64 (the
+/// scale of the summation error bound), laid out as `a` and `b`.
+struct CpuSums<T> {
+    a: Vec<T>,
+    b: Vec<T>,
+    counts: Vec<u32>,
+    abs_a: Vec<f64>,
+    abs_b: Vec<f64>,
+}
+
 /// The engine's sums (src/engine.rs): entering paths in order, ψ in f64 rounded to T.
-#[allow(clippy::too_many_arguments)]
 fn cpu_regression<T: GpuReal>(
     spec: &RegressionSpec,
     states: &[f64],
     path_stride: usize,
     y: &[f64],
     batch: usize,
-) -> (Vec<T>, Vec<T>, Vec<u32>) {
+) -> CpuSums<T> {
     let (m, d, n) = (spec.inner_paths, spec.assets, spec.basis.len());
     let basis = &spec.basis;
     let mut a = vec![T::ZERO; batch * n * n];
     let mut b = vec![T::ZERO; batch * n];
+    let mut abs_a = vec![0.0; batch * n * n];
+    let mut abs_b = vec![0.0; batch * n];
     let mut counts = vec![0u32; batch];
     let mut x = vec![0.0; basis.assets.len()];
     let mut psi = vec![0.0; n];
@@ -439,22 +451,48 @@ fn cpu_regression<T: GpuReal>(
             for col in 0..n {
                 let pc = psi_t[col];
                 bm[col] += pc * yt;
+                abs_b[l * n + col] += (pc.to_f64() * yt.to_f64()).abs();
                 for row in col..n {
                     am[col * n + row] += psi_t[row] * pc;
+                    abs_a[l * n * n + col * n + row] += (psi_t[row].to_f64() * pc.to_f64()).abs();
                 }
             }
         }
         if counts[l] > 0 {
             let inv = T::ONE / T::from_usize(counts[l] as usize);
+            let inv64 = 1.0 / counts[l] as f64;
             for col in 0..n {
                 bm[col] *= inv;
+                abs_b[l * n + col] *= inv64;
                 for row in col..n {
                     am[col * n + row] *= inv;
+                    abs_a[l * n * n + col * n + row] *= inv64;
                 }
             }
         }
     }
-    (a, b, counts)
+    CpuSums {
+        a,
+        b,
+        counts,
+        abs_a,
+        abs_b,
+    }
+}
+
+/// What one regression case measured against the CPU sums.
+struct CaseResult {
+    /// Entries bitwise equal to the CPU's.
+    equal: usize,
+    entries: usize,
+    /// Largest difference relative to the largest |entry| of its system.
+    err: f64,
+    /// Largest difference over its bound `(c + 1) eps |entry|_abs`, `|entry|_abs` =
+    /// `(1/c) Σ |ψ_i| |ψ_j|` (the CPU's and any other summation order of the same
+    /// rounded products each within `γ_c` of the exact sum, plus the scaling).
+    bound_ratio: f64,
+    /// The kernel ran on the tensor cores.
+    tensor_cores: bool,
 }
 
 /// Runs one regression case on random lognormal states stored with 3 steps per outer
@@ -466,7 +504,7 @@ fn regression_case<T: GpuReal>(
     batch: usize,
     seed: u64,
     config: RegressionConfig,
-) -> (usize, usize, f64) {
+) -> CaseResult {
     let (m, d, n) = (spec.inner_paths, spec.assets, spec.basis.len());
     let steps = 3;
     let path_stride = steps * m * d;
@@ -492,8 +530,13 @@ fn regression_case<T: GpuReal>(
         }
     }
     let offset = m * d; // step 1
-    let (a_ref, b_ref, c_ref) =
-        cpu_regression::<T>(spec, &states[offset..], path_stride, &y, batch);
+    let CpuSums {
+        a: a_ref,
+        b: b_ref,
+        counts: c_ref,
+        abs_a,
+        abs_b,
+    } = cpu_regression::<T>(spec, &states[offset..], path_stride, &y, batch);
 
     let kernel = GpuRegression::<T>::new(stream, spec, config).unwrap();
     let states_dev = stream.clone_htod(&states).unwrap();
@@ -519,9 +562,15 @@ fn regression_case<T: GpuReal>(
     if batch > 1 && spec.itm_only {
         assert_eq!(c[1], 0);
     }
-    let (mut equal, mut total, mut err) = (0usize, 0usize, 0.0f64);
+    let eps = if T::IS_F64 {
+        f64::EPSILON
+    } else {
+        f32::EPSILON as f64
+    };
+    let (mut equal, mut total, mut err, mut bound_ratio) = (0usize, 0usize, 0.0f64, 0.0f64);
     for l in 0..batch {
         let mut scale = 0.0f64;
+        // (gpu, cpu, (1/c) Σ |products|)
         let mut pairs = Vec::new();
         for col in 0..n {
             for row in 0..n {
@@ -533,24 +582,42 @@ fn regression_case<T: GpuReal>(
                     );
                     continue;
                 }
-                pairs.push((a[e].to_f64(), a_ref[e].to_f64()));
+                pairs.push((a[e].to_f64(), a_ref[e].to_f64(), abs_a[e]));
             }
-            pairs.push((b[l * n + col].to_f64(), b_ref[l * n + col].to_f64()));
+            pairs.push((
+                b[l * n + col].to_f64(),
+                b_ref[l * n + col].to_f64(),
+                abs_b[l * n + col],
+            ));
         }
-        for &(g, r) in &pairs {
+        for &(g, r, _) in &pairs {
             assert!(!g.is_nan(), "unwritten entry in system {l}");
             scale = scale.max(r.abs());
         }
-        for &(g, r) in &pairs {
+        let bound_scale = (c[l] as f64 + 1.0) * eps;
+        for &(g, r, s) in &pairs {
             total += 1;
             if g.to_bits() == r.to_bits() || g == r {
                 equal += 1;
-            } else if scale > 0.0 {
+                continue;
+            }
+            if scale > 0.0 {
                 err = err.max((g - r).abs() / scale);
             }
+            bound_ratio = bound_ratio.max(if s > 0.0 {
+                (g - r).abs() / (bound_scale * s)
+            } else {
+                f64::INFINITY
+            });
         }
     }
-    (equal, total, err)
+    CaseResult {
+        equal,
+        entries: total,
+        err,
+        bound_ratio,
+        tensor_cores: kernel.launch_info().tensor_cores,
+    }
 }
 
 fn regression_cases() -> Vec<(&'static str, RegressionSpec, usize)> {
@@ -623,45 +690,99 @@ fn regression_cases() -> Vec<(&'static str, RegressionSpec, usize)> {
     ]
 }
 
+/// Every case under the tile kernel's shapes (bitwise the CPU's sums unless FMA) and the
+/// tensor-core kernel's (f64: within the summation bound; f32 falls back to the tiles).
 fn regression_matches_cpu<T: GpuReal>(tol: f64) {
     let Some(stream) = stream() else { return };
     let mut failures = Vec::new();
+    let tiles = |paths_per_chunk, stages, fma, prefetch| RegressionConfig {
+        fma,
+        paths_per_chunk,
+        stages,
+        prefetch,
+        tensor_cores: false,
+        ..Default::default()
+    };
+    let tensor_cores = |stages, regressions_per_block| RegressionConfig {
+        stages,
+        regressions_per_block,
+        tensor_cores: true,
+        ..Default::default()
+    };
+    let configs = [
+        tiles(16, 3, false, false),
+        tiles(16, 3, true, false),
+        tiles(16, 2, false, false),
+        tiles(16, 2, false, true),
+        tiles(16, 4, false, false),
+        tiles(32, 3, false, false),
+        tiles(8, 5, false, false),
+        tiles(8, 2, false, true),
+        tiles(1, 2, false, false),
+        tiles(1, 8, false, true),
+        tensor_cores(2, None),
+        tensor_cores(3, None),
+        tensor_cores(4, Some(1)),
+        tensor_cores(8, Some(3)),
+        RegressionConfig::default(),
+    ];
     for (i, (name, spec, batch)) in regression_cases().into_iter().enumerate() {
-        for (paths_per_chunk, stages, fma, prefetch) in [
-            (16, 3, false, false),
-            (16, 3, true, false),
-            (16, 2, false, false),
-            (16, 2, false, true),
-            (16, 4, false, false),
-            (32, 3, false, false),
-            (8, 5, false, false),
-            (8, 2, false, true),
-            (1, 2, false, false),
-            (1, 8, false, true),
-        ] {
-            let config = RegressionConfig {
-                fma,
+        for config in configs {
+            let r = regression_case::<T>(&stream, &spec, batch, 100 + i as u64, config);
+            let RegressionConfig {
                 paths_per_chunk,
                 stages,
+                fma,
                 prefetch,
-                ..Default::default()
+                ..
+            } = config;
+            let label = if r.tensor_cores {
+                format!(
+                    "tensor cores S={stages} W={}",
+                    config
+                        .regressions_per_block
+                        .map_or("auto".to_string(), |w| w.to_string())
+                )
+            } else {
+                format!(
+                    "P={paths_per_chunk} S={stages}{}{}{}",
+                    if fma { ", fma" } else { "" },
+                    if prefetch { ", prefetch" } else { "" },
+                    if config.tensor_cores {
+                        ", tensor cores asked (tiles)"
+                    } else {
+                        ""
+                    }
+                )
             };
-            let (equal, total, err) =
-                regression_case::<T>(&stream, &spec, batch, 100 + i as u64, config);
             println!(
-                "regression {} {name} [P={paths_per_chunk} S={stages}{}{}]: {equal} of {total} entries bitwise equal to the CPU, max error {err:.3e} (relative to max |entry|)",
+                "regression {} {name} [{label}]: {} of {} entries bitwise equal to the CPU, max error {:.3e} (relative to max |entry|), {:.3e} of the bound (c+1) eps |entry|_abs",
                 T::NAME,
-                if fma { ", fma" } else { "" },
-                if prefetch { ", prefetch" } else { "" }
+                r.equal,
+                r.entries,
+                r.err,
+                r.bound_ratio
             );
-            if err > tol {
+            // Every case's basis fits the tensor-core kernel (n <= 30, chains <= 3).
+            if r.tensor_cores != (T::IS_F64 && config.tensor_cores) {
                 failures.push(format!(
-                    "{name} P={paths_per_chunk} S={stages}: error {err:e} above {tol:e}"
+                    "{name} [{label}]: tensor cores used: {}",
+                    r.tensor_cores
                 ));
             }
-            if !fma && equal != total {
+            if r.err > tol {
+                failures.push(format!("{name} [{label}]: error {:e} above {tol:e}", r.err));
+            }
+            if r.bound_ratio > 1.0 {
                 failures.push(format!(
-                    "{name} P={paths_per_chunk} S={stages} prefetch={prefetch}: {equal} of {total} bitwise equal to the CPU sums"
+                    "{name} [{label}]: error {:.3} times the bound (c+1) eps |entry|_abs",
+                    r.bound_ratio
+                ));
+            }
+            if !fma && !r.tensor_cores && r.equal != r.entries {
+                failures.push(format!(
+                    "{name} [{label}]: {} of {} bitwise equal to the CPU sums",
+                    r.equal, r.entries
                 ));
             }
         }

@@ -6,17 +6,28 @@
 //! `m` that enter the regression (payoff `> 0` when `itm_only`, else all of them), `c_l`
 //! their number, directly from the inner states at the exercise date and the discounted
 //! cash flows `y`. The design matrix `Ψ` is never written to global memory: chunks of
-//! paths are staged in shared memory, their basis values formed there, and every
-//! thread accumulates a `4 x 4` tile of the lower triangle of `[ψ; y][ψ; y]^T` in
-//! registers.
+//! paths are staged in shared memory and the lower triangle of `[ψ; y]^T [ψ; y]` is
+//! accumulated in registers by one of two kernels:
 //!
-//! Arithmetic: each entry is summed over the entering paths in increasing `m`, from
-//! zero, with one rounded product and one rounded add per path in the working
-//! precision `T`; `ψ` is evaluated in `f64` and rounded to `T`, as is `y`; the sums are
-//! scaled by `1/c_l` computed in `T`. This is the CPU engine's arithmetic, so the GPU
-//! sums equal it bitwise (unless [`RegressionConfig::fma`] is set). Outer paths with no
-//! entering path get `A = 0`, `b = 0`, count 0. The upper triangle of `A` is not
-//! written.
+//! * **tensor cores** (f64, the default where it fits, [`RegressionConfig::tensor_cores`]):
+//!   one warp per regression forms the `mma.sync.m8n8k4` f64 fragments of `Ψ` straight
+//!   from the staged states (4 paths per step, `ψ = 0` for paths that do not enter) and
+//!   accumulates the lower-triangle `8 x 8` blocks with the FP64 tensor cores. The sums'
+//!   order and rounding are the tensor cores', so `A` and `b` differ from the CPU's sums:
+//!   each entry by at most about `(c_l + 1) eps (1/c_l) Σ_m |ψ_i| |ψ_j|` (`y` for `ψ_j`
+//!   in `b`; to first order: two summation bounds `γ_c ≈ c eps / 2`, one for each order,
+//!   and the two roundings of the scaling), which `kernels/tests/gpu_paths.rs` checks
+//!   entry by entry.
+//! * **tiles** (f32, or `tensor_cores: false`): preparing warps form the `ψ` rows in
+//!   shared memory and every tile thread accumulates a `4 x 4` tile. Each entry is summed
+//!   over the entering paths in increasing `m`, from zero, with one rounded product and
+//!   one rounded add per path in the working precision `T`; `ψ` is evaluated in `f64`
+//!   and rounded to `T`, as is `y`; the sums are scaled by `1/c_l` computed in `T`. This
+//!   is the CPU engine's arithmetic, so the GPU sums equal it bitwise (unless
+//!   [`RegressionConfig::fma`] is set).
+//!
+//! Outer paths with no entering path get `A = 0`, `b = 0`, count 0. The upper triangle
+//! of `A` is not written.
 
 use super::module::{compile_cubin, source_file};
 use super::solver::GpuReal;
@@ -183,11 +194,18 @@ pub struct RegressionConfig {
     /// The tile threads load the next path's tile-row values before the current path's
     /// products (same arithmetic, in the same order).
     pub prefetch: bool,
+    /// f64 builds on the FP64 tensor cores (not bitwise the CPU's sums; see the module
+    /// docs) where the basis fits ([`tensor_cores_fit`]) and the device has them
+    /// (sm_80 or later); f32 builds and other bases use the tile kernel whatever this
+    /// says. With it, `paths_per_chunk`, `fma` and
+    /// `prefetch` are not used (chunks of 32 paths), `regressions_per_block` is warps
+    /// per block and `stages` counts chunks of 32 paths.
+    pub tensor_cores: bool,
 }
 
 impl Default for RegressionConfig {
     /// `paths_per_chunk` [`DEFAULT_PATHS_PER_CHUNK`], `stages` [`DEFAULT_STAGES`], the
-    /// block shape chosen per device, no FMA, no prefetch.
+    /// block shape chosen per device, no FMA, no prefetch, tensor cores on.
     fn default() -> Self {
         Self {
             regressions_per_block: None,
@@ -195,14 +213,17 @@ impl Default for RegressionConfig {
             stages: DEFAULT_STAGES,
             fma: false,
             prefetch: false,
+            tensor_cores: true,
         }
     }
 }
 
 impl RegressionConfig {
     /// The default configuration with the tuning overrides of the environment applied:
-    /// `CVA_GPU_BUILD_PATHS_PER_CHUNK`, `CVA_GPU_BUILD_STAGES` (integers) and
-    /// `CVA_GPU_BUILD_PREFETCH` (`0` or `1`), for timing runs of `cva run`.
+    /// `CVA_GPU_BUILD_PATHS_PER_CHUNK`, `CVA_GPU_BUILD_STAGES`,
+    /// `CVA_GPU_BUILD_REGRESSIONS_PER_BLOCK` (integers), `CVA_GPU_BUILD_PREFETCH` and
+    /// `CVA_GPU_BUILD_TENSOR_CORES` (`0` or `1`; `0` gives the bitwise tile kernel), for
+    /// timing and checking runs of `cva run`.
     ///
     /// # Errors
     /// [`GpuError::Invalid`] naming the variable if one is set to something that does
@@ -216,19 +237,23 @@ impl RegressionConfig {
                 }),
             }
         };
+        let flag = |name: &str, default: bool| -> Result<bool, GpuError> {
+            match env(name, usize::from(default))? {
+                0 => Ok(false),
+                1 => Ok(true),
+                other => Err(GpuError::Invalid(format!(
+                    "{name} = {other}: expected 0 or 1"
+                ))),
+            }
+        };
         let d = Self::default();
+        let g = env("CVA_GPU_BUILD_REGRESSIONS_PER_BLOCK", 0)?;
         Ok(Self {
+            regressions_per_block: (g > 0).then_some(g),
             paths_per_chunk: env("CVA_GPU_BUILD_PATHS_PER_CHUNK", d.paths_per_chunk)?,
             stages: env("CVA_GPU_BUILD_STAGES", d.stages)?,
-            prefetch: match env("CVA_GPU_BUILD_PREFETCH", 0)? {
-                0 => false,
-                1 => true,
-                other => {
-                    return Err(GpuError::Invalid(format!(
-                        "CVA_GPU_BUILD_PREFETCH = {other}: expected 0 or 1"
-                    )))
-                }
-            },
+            prefetch: flag("CVA_GPU_BUILD_PREFETCH", d.prefetch)?,
+            tensor_cores: flag("CVA_GPU_BUILD_TENSOR_CORES", d.tensor_cores)?,
             ..d
         })
     }
@@ -253,6 +278,26 @@ pub struct RegressionLaunch {
     pub local_bytes: i32,
     pub blocks_per_sm: u32,
     pub fma: bool,
+    /// The tensor-core kernel (regressions per block = warps per block, 32 paths per
+    /// chunk).
+    pub tensor_cores: bool,
+}
+
+/// Paths per chunk of the tensor-core kernel (one lane per path for the payoff).
+pub const TENSOR_CORE_CHUNK: usize = 32;
+
+/// Registers per thread the tensor-core kernel is held to (at least): its accumulators
+/// take `4 NB (NB + 1) / 2` (40 for `n <= 31`), the chains `3 NB deg`.
+const TENSOR_CORE_REGISTER_BUDGET: usize = 128;
+
+/// Whether a basis of `n` functions with chains of at most `deg` factors fits the
+/// tensor-core kernel: `NB = ceil((n + 1) / 8)` column blocks, whose `NB (NB + 1) / 2`
+/// accumulator blocks (4 registers each) and per-lane chains (`3 NB deg` registers)
+/// take at most 96 registers (so `n <= 31` with chains of up to 4 factors, `n <= 39`
+/// with up to 2).
+pub fn tensor_cores_fit(n: usize, deg: usize) -> bool {
+    let nb = (n + 1).div_ceil(8);
+    4 * (nb * (nb + 1) / 2) + 3 * nb * deg <= 96
 }
 
 /// Tiles of the lower triangle of the augmented `(n+1) x (n+1)` matrix.
@@ -297,7 +342,26 @@ pub fn regression_source(
     let (real_f64, min_blocks, use_fma) = (u32::from(f64), min_blocks(threads), u32::from(fma));
     let prefetch = u32::from(prefetch);
     format!(
-        "#define REAL_F64 {real_f64}\n#define N {n}\n#define DEG {deg}\n#define G {g}\n#define P {p}\n#define STAGES {stages}\n#define THREADS {threads}\n#define MIN_BLOCKS {min_blocks}\n#define USE_FMA {use_fma}\n#define TILE_PREFETCH {prefetch}\n#define D {assets}\n{}{}",
+        "#define REAL_F64 {real_f64}\n#define N {n}\n#define DEG {deg}\n#define G {g}\n#define P {p}\n#define STAGES {stages}\n#define THREADS {threads}\n#define MIN_BLOCKS {min_blocks}\n#define USE_FMA {use_fma}\n#define TILE_PREFETCH {prefetch}\n#define D {assets}\n#define TENSOR_CORES 0\n{}{}",
+        payoff.enters_source(),
+        source_file("regression.cu", REGRESSION_CU)
+    )
+}
+
+/// The CUDA source of the f64 tensor-core build kernel: `w` regressions (one warp each)
+/// per block, `stages` stage buffers of 32 paths (`stages - 1` chunks copied ahead),
+/// compiled for `min_blocks` resident blocks per SM; basis of `n` functions (longest
+/// chain `deg`), `assets` assets per state, the payoff's entry test compiled in.
+pub fn regression_source_tensor_cores(
+    n: usize,
+    deg: usize,
+    (w, stages, min_blocks): (usize, usize, usize),
+    payoff: &GpuPayoff,
+    assets: usize,
+) -> String {
+    let threads = 32 * w;
+    format!(
+        "#define REAL_F64 1\n#define N {n}\n#define DEG {deg}\n#define W {w}\n#define G {w}\n#define P {TENSOR_CORE_CHUNK}\n#define STAGES {stages}\n#define THREADS {threads}\n#define MIN_BLOCKS {min_blocks}\n#define USE_FMA 1\n#define TILE_PREFETCH 0\n#define D {assets}\n#define TENSOR_CORES 1\n{}{}",
         payoff.enters_source(),
         source_file("regression.cu", REGRESSION_CU)
     )
@@ -375,65 +439,123 @@ impl<T: GpuReal> GpuRegression<T> {
         let optin = ctx
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?
             .max(0) as usize;
-        let g = match config.regressions_per_block {
-            Some(g) => g,
-            None => {
-                // The most regressions resident per SM (blocks estimated from the shared
-                // memory, 1 kB reserved per block, and the register budget), then the
-                // most blocks (blocks wait at their barriers independently: on the H100,
-                // f64 n = 30, the round-2 kernel built 17.6 M/s with 3 blocks of 4
-                // against 15.9 for 2 of 6), then the best ratio of tile threads to
-                // tile-warp threads, then fewer per block; at most 512 threads per
-                // block. For f64, n = 30, P = 16 this is G = 7, 2 blocks (14 resident).
-                let sm_shared = ctx
-                    .attribute(
-                        CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
-                    )?
-                    .max(0) as usize;
-                let mut best: Option<((usize, usize), f64, usize)> = None;
-                for g in 1..=128usize {
-                    let threads = block_threads(n, g, p);
-                    if threads > 512 || shared(g) > optin {
-                        break;
-                    }
-                    let blocks = (sm_shared / (shared(g) + 1024))
-                        .min(min_blocks(threads))
-                        .min(32);
-                    let key = (
-                        (g * blocks, blocks),
-                        (g * nt) as f64 / ((g * nt).div_ceil(32) * 32) as f64,
-                    );
-                    if best.is_none_or(|b| key.0 > b.0 || key.0 == b.0 && key.1 > b.1 + 1e-9) {
-                        best = Some((key.0, key.1, g));
-                    }
-                }
-                best.map_or(1, |b| b.2)
-            }
-        };
-        let threads = block_threads(n, g, p);
-        if g == 0 || threads > 1024 {
-            return Err(GpuError::Invalid(format!(
-                "{g} regressions of {nt} tiles per block"
-            )));
-        }
-        let smem = shared(g);
-        if smem > optin {
-            return Err(GpuError::SharedMemory {
-                kernel: format!("regression_build n={n} G={g} P={p}"),
-                needed: smem,
-                limit: optin,
-            });
-        }
-        let src = regression_source(
-            T::IS_F64,
-            n,
-            deg,
-            (g, p, st),
-            (config.fma, config.prefetch),
-            &spec.payoff,
-            d,
-        );
+        let sm_shared = ctx
+            .attribute(
+                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
+            )?
+            .max(0) as usize;
         let (major, minor) = ctx.compute_capability()?;
+        // mma.sync m8n8k4 f64 needs sm_80 or later.
+        let tensor_cores =
+            config.tensor_cores && T::IS_F64 && tensor_cores_fit(n, deg) && major >= 8;
+        let (g, p, threads, smem, src) = if tensor_cores {
+            // Per warp: states[st][32][d] and y[st][32].
+            let shared_tc = |w: usize| w * st * TENSOR_CORE_CHUNK * (d + 1) * 8;
+            // Resident blocks of w warps per SM: shared memory (1 kB reserved per
+            // block), the register budget, 64 warps.
+            let blocks_tc = |w: usize| {
+                (sm_shared / (shared_tc(w) + 1024))
+                    .min(65536 / (32 * w * TENSOR_CORE_REGISTER_BUDGET))
+                    .min(64 / w)
+                    .min(32)
+            };
+            let w = match config.regressions_per_block {
+                Some(w) => w,
+                None => {
+                    // The most warps (= regressions) resident per SM, then the most
+                    // blocks. For f64, n = 30, d = 29, 2 stages: 5 warps, 3 blocks.
+                    let mut best: Option<((usize, usize), usize)> = None;
+                    for w in 1..=32usize {
+                        if shared_tc(w) > optin {
+                            break;
+                        }
+                        let blocks = blocks_tc(w);
+                        let key = (w * blocks, blocks);
+                        if best.is_none_or(|b| key > b.0) {
+                            best = Some((key, w));
+                        }
+                    }
+                    best.map_or(1, |b| b.1)
+                }
+            };
+            if w == 0 || w > 32 {
+                return Err(GpuError::Invalid(format!(
+                    "{w} regressions (warps) per block: 1 to 32"
+                )));
+            }
+            let smem = shared_tc(w);
+            if smem > optin {
+                return Err(GpuError::SharedMemory {
+                    kernel: format!("regression_build (tensor cores) n={n} W={w} S={st}"),
+                    needed: smem,
+                    limit: optin,
+                });
+            }
+            let src = regression_source_tensor_cores(
+                n,
+                deg,
+                (w, st, blocks_tc(w).max(1)),
+                &spec.payoff,
+                d,
+            );
+            (w, TENSOR_CORE_CHUNK, 32 * w, smem, src)
+        } else {
+            let g = match config.regressions_per_block {
+                Some(g) => g,
+                None => {
+                    // The most regressions resident per SM (blocks estimated from the
+                    // shared memory, 1 kB reserved per block, and the register budget),
+                    // then the most blocks (blocks wait at their barriers
+                    // independently: on the H100, f64 n = 30, the round-2 kernel built
+                    // 17.6 M/s with 3 blocks of 4 against 15.9 for 2 of 6), then the
+                    // best ratio of tile threads to tile-warp threads, then fewer per
+                    // block; at most 512 threads per block. For f64, n = 30, P = 16 this
+                    // is G = 7, 2 blocks (14 resident).
+                    let mut best: Option<((usize, usize), f64, usize)> = None;
+                    for g in 1..=128usize {
+                        let threads = block_threads(n, g, p);
+                        if threads > 512 || shared(g) > optin {
+                            break;
+                        }
+                        let blocks = (sm_shared / (shared(g) + 1024))
+                            .min(min_blocks(threads))
+                            .min(32);
+                        let key = (
+                            (g * blocks, blocks),
+                            (g * nt) as f64 / ((g * nt).div_ceil(32) * 32) as f64,
+                        );
+                        if best.is_none_or(|b| key.0 > b.0 || key.0 == b.0 && key.1 > b.1 + 1e-9) {
+                            best = Some((key.0, key.1, g));
+                        }
+                    }
+                    best.map_or(1, |b| b.2)
+                }
+            };
+            let threads = block_threads(n, g, p);
+            if g == 0 || threads > 1024 {
+                return Err(GpuError::Invalid(format!(
+                    "{g} regressions of {nt} tiles per block"
+                )));
+            }
+            let smem = shared(g);
+            if smem > optin {
+                return Err(GpuError::SharedMemory {
+                    kernel: format!("regression_build n={n} G={g} P={p}"),
+                    needed: smem,
+                    limit: optin,
+                });
+            }
+            let src = regression_source(
+                T::IS_F64,
+                n,
+                deg,
+                (g, p, st),
+                (config.fma, config.prefetch),
+                &spec.payoff,
+                d,
+            );
+            (g, p, threads, smem, src)
+        };
         let cubin = compile_cubin(&src, "regression.cu", &format!("sm_{major}{minor}"))?;
         let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin))?;
         let name = if T::IS_F64 {
@@ -460,7 +582,8 @@ impl<T: GpuReal> GpuRegression<T> {
             registers: function.num_regs()?,
             local_bytes: function.local_size_bytes()?,
             blocks_per_sm,
-            fma: config.fma,
+            fma: config.fma && !tensor_cores,
+            tensor_cores,
         };
         Ok(Self {
             stream: stream.clone(),
@@ -707,6 +830,32 @@ mod tests {
                     }
                 }
             }
+            if tensor_cores_fit(n, deg) {
+                let src = regression_source_tensor_cores(n, deg, (g.min(32), st, 1), payoff, 5);
+                if let Err(e) = compile_cubin(&src, "regression.cu", "sm_90") {
+                    panic!("tensor cores n={n}: {e}");
+                }
+            }
         }
+    }
+
+    #[test]
+    fn tensor_core_fit() {
+        assert!(tensor_cores_fit(30, 1));
+        assert!(tensor_cores_fit(31, 4));
+        assert!(tensor_cores_fit(39, 2));
+        assert!(!tensor_cores_fit(31, 5));
+        assert!(!tensor_cores_fit(39, 3));
+        assert!(!tensor_cores_fit(47, 1));
+        assert!(!tensor_cores_fit(64, 1));
+        let put = GpuPayoff {
+            underlying: GpuUnderlying::Asset(0),
+            kind: GpuOptionKind::Put,
+            strike: 1.0,
+        };
+        let src = regression_source_tensor_cores(30, 1, (5, 2, 3), &put, 29);
+        assert!(src.starts_with("#define REAL_F64 1\n#define N 30\n#define DEG 1\n#define W 5\n"));
+        assert!(src.contains("#define THREADS 160\n#define MIN_BLOCKS 3\n"));
+        assert!(src.contains("#define TENSOR_CORES 1\n"));
     }
 }
