@@ -493,6 +493,8 @@ struct CaseResult {
     bound_ratio: f64,
     /// The kernel ran on the tensor cores.
     tensor_cores: bool,
+    /// Bit patterns of every output (`a`, then `b`), to compare configurations.
+    bits: Vec<u64>,
 }
 
 /// Runs one regression case on random lognormal states stored with 3 steps per outer
@@ -617,6 +619,7 @@ fn regression_case<T: GpuReal>(
         err,
         bound_ratio,
         tensor_cores: kernel.launch_info().tensor_cores,
+        bits: a.iter().chain(&b).map(|v| v.to_f64().to_bits()).collect(),
     }
 }
 
@@ -727,6 +730,8 @@ fn regression_matches_cpu<T: GpuReal>(tol: f64) {
         RegressionConfig::default(),
     ];
     for (i, (name, spec, batch)) in regression_cases().into_iter().enumerate() {
+        // The outputs of the FMA tile configuration, to compare the tensor cores with.
+        let mut fma_bits: Option<Vec<u64>> = None;
         for config in configs {
             let r = regression_case::<T>(&stream, &spec, batch, 100 + i as u64, config);
             let RegressionConfig {
@@ -755,8 +760,20 @@ fn regression_matches_cpu<T: GpuReal>(tol: f64) {
                     }
                 )
             };
+            if config.fma && !r.tensor_cores {
+                fma_bits = Some(r.bits.clone());
+            }
+            // Observed, not required: whether the tensor cores' sums are those of the
+            // FMA tile kernel (an in-order chain of fused multiply-adds).
+            let vs_fma = match (&fma_bits, r.tensor_cores) {
+                (Some(f), true) => format!(
+                    "; bitwise equal to the FMA tile configuration: {}",
+                    *f == r.bits
+                ),
+                _ => String::new(),
+            };
             println!(
-                "regression {} {name} [{label}]: {} of {} entries bitwise equal to the CPU, max error {:.3e} (relative to max |entry|), {:.3e} of the bound (c+1) eps |entry|_abs",
+                "regression {} {name} [{label}]: {} of {} entries bitwise equal to the CPU, max error {:.3e} (relative to max |entry|), {:.3e} of the bound (c+1) eps |entry|_abs{vs_fma}",
                 T::NAME,
                 r.equal,
                 r.entries,
