@@ -910,8 +910,8 @@ impl<T: GpuReal> GpuEngine<T> {
                         &mut b.cash_date.slice_mut(0..c * m),
                         &mut b.y.slice_mut(0..c * m),
                     )?;
+                    clock.mark(stream, Phase::Exposure, "cash init")?;
                 }
-                clock.mark(stream, Phase::Exposure, "cash init")?;
                 for j in (k + 1..mi).rev() {
                     let start = start_level[a][j];
                     let s = chunk_steps.len();
