@@ -46,7 +46,7 @@ use cva_kernels::cuda::engine::driver::{
 use cva_kernels::cuda::engine::{
     DeviceBasis, DevicePayoff, EngineKernels, StateView, StepRecord, STEP_RECORD_WORDS,
 };
-use cva_kernels::cuda::paths::{GpuPaths, MarketSteps};
+use cva_kernels::cuda::paths::{GpuPaths, MarketSteps, MaturityCash};
 use cva_kernels::cuda::regression::{
     BasisTables, GpuOptionKind, GpuPayoff, GpuRegression, GpuUnderlying, RegressionConfig,
     RegressionSpec,
@@ -77,6 +77,12 @@ pub struct GpuEngine<T: GpuReal> {
     /// One per position of the portfolio.
     payoffs: Vec<DevicePayoff>,
     americans: Vec<American<T>>,
+    /// The one American position whose cash flows at maturity the inner-path kernel
+    /// writes instead of its last states (`GpuPaths::inner_paths_paying`): set when it is
+    /// the only American position and the only position maturing at the last maturity
+    /// date, so that nothing else reads those states and nothing else uses the cash
+    /// buffers, and the market has the fixed path kernels.
+    pays_at_maturity: Option<usize>,
     /// `discount[s] = e^{-r s dt}`, `s = 0..=N`, and its device copy.
     discount: Vec<f64>,
     discount_dev: CudaSlice<f64>,
@@ -393,6 +399,21 @@ impl<T: GpuReal> GpuEngine<T> {
                 (p, basis)
             })
             .collect();
+        let last_maturity = scenario.portfolio.iter().map(|p| p.maturity_index).max();
+        let pays_candidate = match bases.as_slice() {
+            [(p, _)]
+                if scenario
+                    .portfolio
+                    .iter()
+                    .filter(|q| Some(q.maturity_index) == last_maturity)
+                    .count()
+                    == 1
+                    && Some(scenario.portfolio[*p].maturity_index) == last_maturity =>
+            {
+                Some(*p)
+            }
+            _ => None,
+        };
         let mut ns: Vec<usize> = bases.iter().map(|(_, b)| b.len()).collect();
         ns.sort_unstable();
         ns.dedup();
@@ -428,16 +449,21 @@ impl<T: GpuReal> GpuEngine<T> {
             });
             let paths_compile = scope.spawn(|| {
                 let t = Instant::now();
-                GpuPaths::new(
-                    &stream,
-                    &MarketSteps {
-                        spots: &spots,
-                        drift: &drift,
-                        vol: &vol,
-                        factor: factor.as_deref(),
-                    },
-                    sim.seed,
-                )
+                let market = MarketSteps {
+                    spots: &spots,
+                    drift: &drift,
+                    vol: &vol,
+                    factor: factor.as_deref(),
+                };
+                match pays_candidate {
+                    Some(p) => GpuPaths::with_maturity_payoff(
+                        &stream,
+                        &market,
+                        sim.seed,
+                        &gpu_payoff(scenario, p),
+                    ),
+                    None => GpuPaths::new(&stream, &market, sim.seed),
+                }
                 .map(|p| (p, t.elapsed()))
             });
             let rest = (|| -> Result<_, GpuError> {
@@ -495,12 +521,14 @@ impl<T: GpuReal> GpuEngine<T> {
         let discount_dev = stream.clone_htod(&discount)?;
         stream.synchronize()?;
         lap("discount upload, synchronisation");
+        let pays_at_maturity = pays_candidate.filter(|_| paths.pays_at_maturity());
         Ok(Self {
             solver,
             paths,
             kernels,
             payoffs,
             americans,
+            pays_at_maturity,
             discount,
             discount_dev,
             startup: t0.elapsed(),
@@ -791,16 +819,38 @@ impl<T: GpuReal> GpuEngine<T> {
             };
             let steps = last - k;
             let stride = steps * m * d;
-            self.paths.inner_paths(
-                c0 as u32,
-                k as u32,
-                &b.outer.slice(k * d..),
-                outer_stride,
-                c,
-                m,
-                steps,
-                &mut b.inner.slice_mut(0..c * stride),
-            )?;
+            // The cash flows at maturity straight from the inner-path kernel (see
+            // `pays_at_maturity`): its position is the one maturing at `last`.
+            if let Some(p) = self.pays_at_maturity {
+                let mi = positions[p].maturity_index;
+                debug_assert_eq!(mi, last);
+                self.paths.inner_paths_paying(
+                    c0 as u32,
+                    k as u32,
+                    &b.outer.slice(k * d..),
+                    outer_stride,
+                    (c, m, steps),
+                    &mut b.inner.slice_mut(0..c * stride),
+                    MaturityCash {
+                        date: mi as u32,
+                        next_df: (mi - 1 > k).then(|| self.discount[1]),
+                        cash: &mut b.cash.slice_mut(0..c * m),
+                        cash_date: &mut b.cash_date.slice_mut(0..c * m),
+                        y: &mut b.y.slice_mut(0..c * m),
+                    },
+                )?;
+            } else {
+                self.paths.inner_paths(
+                    c0 as u32,
+                    k as u32,
+                    &b.outer.slice(k * d..),
+                    outer_stride,
+                    c,
+                    m,
+                    steps,
+                    &mut b.inner.slice_mut(0..c * stride),
+                )?;
+            }
             clock.mark(stream, Phase::Paths, "inner paths")?;
             let inner = &b.inner;
             let at = |j: usize| inner.slice((j - k - 1) * m * d..c * stride);
@@ -841,7 +891,7 @@ impl<T: GpuReal> GpuEngine<T> {
                 let n = am.n;
                 let payoff = &self.payoffs[p];
                 let alive = b.alive.slice(p * c..(p + 1) * c);
-                {
+                if self.pays_at_maturity != Some(p) {
                     let states = at(mi);
                     let view = StateView {
                         states: &states,
@@ -860,8 +910,8 @@ impl<T: GpuReal> GpuEngine<T> {
                         &mut b.cash_date.slice_mut(0..c * m),
                         &mut b.y.slice_mut(0..c * m),
                     )?;
+                    clock.mark(stream, Phase::Exposure, "cash init")?;
                 }
-                clock.mark(stream, Phase::Exposure, "cash init")?;
                 for j in (k + 1..mi).rev() {
                     let start = start_level[a][j];
                     let s = chunk_steps.len();

@@ -50,29 +50,108 @@ __device__ __forceinline__ double engine_payoff(const double* s, int kind, int p
     return put ? fmax(strike - level, 0.0) : fmax(level - strike, 0.0);
 }
 
-// Copies rows [0, rows) of a tile (rows * d contiguous doubles at src) into the warp's
-// shared tile (row r at tile[r * ds], ds odd) and returns this lane's row; with no tile
-// (tile == nullptr: d too large for shared memory) returns the row in global memory.
-// Every lane of the warp must call it.
-__device__ __forceinline__ const double* engine_stage(const double* __restrict__ src, int rows,
-                                                      int d, int ds, double* tile, int lane) {
-    if (tile == nullptr) return src + (long long)lane * d;
-    __syncwarp();
-    const int total = rows * d;
-    const int qd = 32 / d, rd = 32 % d;
-    int r = lane / d;
-    int i = lane - r * d;
-    for (int e = lane; e < total; e += 32) {
-        tile[r * ds + i] = src[e];
-        r += qd;
-        i += rd;
-        if (i >= d) {
-            i -= d;
-            ++r;
+// Tiles of 32 inner paths in shared memory. A warp's share holds `bufs` (1 or 2) tile
+// buffers of `tile` doubles each (row r of a tile at buf[r * ds], ds odd; 0 buffers when
+// even one tile does not fit: rows are then read from global memory). With two buffers
+// the copy of tile t + 1 (cp.async, sm_80+) is in flight while the warp works on tile t,
+// so the warp never waits for a whole tile's latency between two tiles.
+struct EngineTiles {
+    const double* src;  // states + l * stride: the outer path's inner paths, m * d doubles
+    double* buf;        // the warp's buffers (nullptr: no staging)
+    int tile, bufs, m, d, ds, lane;
+};
+
+// 8- and 16-byte asynchronous copies global -> shared (plain copies before sm_80).
+__device__ __forceinline__ void engine_copy8(double* dst, const double* src) {
+#if __CUDA_ARCH__ >= 800
+    const unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(a), "l"(src) : "memory");
+#else
+    *dst = *src;
+#endif
+}
+
+__device__ __forceinline__ void engine_copy16(double* dst, const double* src) {
+#if __CUDA_ARCH__ >= 800
+    const unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(a), "l"(src) : "memory");
+#else
+    dst[0] = src[0];
+    dst[1] = src[1];
+#endif
+}
+
+__device__ __forceinline__ void engine_copy_commit() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+template <int pending>
+__device__ __forceinline__ void engine_copy_wait() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(pending) : "memory");
+#endif
+}
+
+// Issues the copy of tile t (inner paths 32 t .. 32 t + rows) into buffer t % bufs and
+// commits it as one group. When the rows are stored without padding (ds == d) and the
+// tile is 16-byte aligned with an even count of doubles, in 16-byte pieces; otherwise
+// element by element into the padded rows.
+__device__ __forceinline__ void engine_tile_issue(const EngineTiles& T, int t) {
+    const int mm0 = 32 * t;
+    const int rows = min(32, T.m - mm0);
+    const double* src = T.src + (long long)mm0 * T.d;
+    double* dst = T.buf + (t % T.bufs) * T.tile;
+    const int total = rows * T.d;
+    if (T.ds == T.d && ((((unsigned long long)src) & 15ull) == 0) && (total & 1) == 0) {
+        for (int e = 2 * T.lane; e < total; e += 64) engine_copy16(dst + e, src + e);
+    } else {
+        const int qd = 32 / T.d, rd = 32 % T.d;
+        int r = T.lane / T.d;
+        int i = T.lane - r * T.d;
+        for (int e = T.lane; e < total; e += 32) {
+            engine_copy8(dst + r * T.ds + i, src + e);
+            r += qd;
+            i += rd;
+            if (i >= T.d) {
+                i -= T.d;
+                ++r;
+            }
         }
     }
+    engine_copy_commit();
+}
+
+// Starts a pass over the tiles (every lane of the warp calls it).
+__device__ __forceinline__ void engine_tiles_begin(const EngineTiles& T) {
+    if (T.buf != nullptr) {
+        __syncwarp();  // the previous pass's lanes are done with the buffers
+        engine_tile_issue(T, 0);
+    }
+}
+
+// This lane's row of tile t: waits for the tile's copy (after issuing the next tile's
+// when there are two buffers) and synchronises the warp. Every lane calls it, for
+// t = 0, 1, ... in order, and calls engine_tile_done after its last use of the row.
+__device__ __forceinline__ const double* engine_tile_row(const EngineTiles& T, int t) {
+    const int mm0 = 32 * t;
+    if (T.buf == nullptr) return T.src + (long long)(mm0 + T.lane) * T.d;
+    if (T.bufs == 2 && mm0 + 32 < T.m) {
+        engine_tile_issue(T, t + 1);
+        engine_copy_wait<1>();
+    } else {
+        engine_copy_wait<0>();
+    }
     __syncwarp();
-    return tile + lane * ds;
+    return T.buf + (t % T.bufs) * T.tile + T.lane * T.ds;
+}
+
+// After the warp's last read of tile t: with one buffer, the next tile is issued here.
+__device__ __forceinline__ void engine_tile_done(const EngineTiles& T, int t) {
+    if (T.buf == nullptr) return;
+    __syncwarp();  // every lane has read the buffer the next copy overwrites
+    if (T.bufs == 1 && 32 * (t + 1) < T.m) engine_tile_issue(T, t + 1);
 }
 
 // sum + v_0 + v_1 + ... + v_{rows-1} over the lanes i < rows whose `take` is set, added
@@ -89,7 +168,12 @@ __device__ __forceinline__ double engine_ordered_sum(double sum, double v, bool 
 
 // Shared memory of the warp-per-outer-path kernels: `per_warp` doubles per warp (the
 // tile first, then kernel-specific scratch).
-extern __shared__ double engine_smem[];
+extern __shared__ __align__(16) double engine_smem[];
+
+// The warp's EngineTiles for outer path l (after ENGINE_WARP_SETUP).
+#define ENGINE_TILES(T)                                                                  \
+    const EngineTiles T = {states + l * stride, tile_doubles > 0 ? warp_smem : nullptr, \
+                           tile_doubles, bufs, m, d, ds, lane}
 
 #define ENGINE_WARP_SETUP(per_warp)                                                 \
     const int lane = threadIdx.x & 31;                                              \
@@ -101,24 +185,25 @@ extern __shared__ double engine_smem[];
 // of the first regression step). One warp per outer path.
 extern "C" __global__ void engine_cash_init(
     const double* __restrict__ states, long long stride, long long c, int m, int d, int ds,
-    int tile_doubles, int per_warp, int kind, int put, double strike, const int* __restrict__ ua,
-    const double* __restrict__ uw, int nu, unsigned date, int next_date,
+    int tile_doubles, int bufs, int per_warp, int kind, int put, double strike,
+    const int* __restrict__ ua, const double* __restrict__ uw, int nu, unsigned date, int next_date,
     const double* __restrict__ discount, double* __restrict__ cash,
     unsigned* __restrict__ cash_date, double* __restrict__ y) {
     ENGINE_WARP_SETUP(per_warp);
     if (l >= c) return;
-    double* tile = tile_doubles > 0 ? warp_smem : nullptr;
-    for (int mm0 = 0; mm0 < m; mm0 += 32) {
-        const int rows = min(32, m - mm0);
-        const double* s = engine_stage(states + l * stride + (long long)mm0 * d, rows, d, ds,
-                                       tile, lane);
+    ENGINE_TILES(T);
+    engine_tiles_begin(T);
+    for (int tt = 0; 32 * tt < m; ++tt) {
+        const int rows = min(32, m - 32 * tt);
+        const double* s = engine_tile_row(T, tt);
         if (lane < rows) {
-            const long long t = l * m + mm0 + lane;
+            const long long t = l * m + 32 * tt + lane;
             const double p = engine_payoff(s, kind, put, strike, ua, uw, nu);
             cash[t] = p;
             cash_date[t] = date;
             if (next_date >= 0) y[t] = p * discount[date - (unsigned)next_date];
         }
+        engine_tile_done(T, tt);
     }
 }
 
@@ -126,20 +211,22 @@ extern "C" __global__ void engine_cash_init(
 // values[l] += q * df * (sum over mm, in order, of payoff(state(l, mm))) / m.
 extern "C" __global__ void engine_european(const double* __restrict__ states, long long stride,
                                            long long c, int m, int d, int ds, int tile_doubles,
-                                           int per_warp, int kind, int put, double strike,
+                                           int bufs, int per_warp, int kind, int put,
+                                           double strike,
                                            const int* __restrict__ ua,
                                            const double* __restrict__ uw, int nu,
                                            const unsigned char* __restrict__ alive, double q,
                                            double df, double* __restrict__ values) {
     ENGINE_WARP_SETUP(per_warp);
     if (l >= c || !alive[l]) return;
-    double* tile = tile_doubles > 0 ? warp_smem : nullptr;
+    ENGINE_TILES(T);
+    engine_tiles_begin(T);
     double sum = 0.0;
-    for (int mm0 = 0; mm0 < m; mm0 += 32) {
-        const int rows = min(32, m - mm0);
-        const double* s = engine_stage(states + l * stride + (long long)mm0 * d, rows, d, ds,
-                                       tile, lane);
+    for (int tt = 0; 32 * tt < m; ++tt) {
+        const int rows = min(32, m - 32 * tt);
+        const double* s = engine_tile_row(T, tt);
         const double p = lane < rows ? engine_payoff(s, kind, put, strike, ua, uw, nu) : 0.0;
+        engine_tile_done(T, tt);
         sum = engine_ordered_sum(sum, p, lane < rows, rows);
     }
     if (lane == 0) values[l] = values[l] + q * df * sum / (double)m;
@@ -154,12 +241,12 @@ extern "C" __global__ void engine_european(const double* __restrict__ states, lo
 // continuation, the cash flow becomes the payoff, paid at `date`. Then, where
 // next_date >= 0, y = cash * discount[cash_date - next_date] for every inner path (also
 // of the outer paths that take no part): the next regression step's input.
-// Shared memory per warp: tile_doubles, then n doubles of beta.
+// Shared memory per warp: bufs tile buffers of tile_doubles, then n doubles of beta.
 template <typename real>
 __device__ __forceinline__ void engine_exercise_impl(
     const double* __restrict__ states, long long stride, long long c, int m, int d, int ds,
-    int tile_doubles, int per_warp, int kind, int put, double strike, const int* __restrict__ ua,
-    const double* __restrict__ uw, int nu, int itm_only, int n, const int* __restrict__ parent,
+    int tile_doubles, int bufs, int per_warp, int kind, int put, double strike,
+    const int* __restrict__ ua, const double* __restrict__ uw, int nu, int itm_only, int n, const int* __restrict__ parent,
     const int* __restrict__ var_asset, const double* __restrict__ var_inv, int flat,
     const real* __restrict__ x, const EngineReport* __restrict__ reports,
     const unsigned char* __restrict__ alive, const unsigned* __restrict__ counts,
@@ -167,8 +254,8 @@ __device__ __forceinline__ void engine_exercise_impl(
     double* __restrict__ cash, unsigned* __restrict__ cash_date) {
     ENGINE_WARP_SETUP(per_warp);
     if (l >= c) return;
-    double* tile = tile_doubles > 0 ? warp_smem : nullptr;
-    double* beta = warp_smem + tile_doubles;
+    ENGINE_TILES(T);
+    double* beta = warp_smem + bufs * tile_doubles;
     const unsigned count = counts[l];
     const bool active = alive[l] && count > 0;
     bool ok = false;
@@ -183,66 +270,70 @@ __device__ __forceinline__ void engine_exercise_impl(
     double mean = 0.0;
     if (active && !ok) {
         double sum = 0.0;
-        for (int mm0 = 0; mm0 < m; mm0 += 32) {
+        if (itm_only) engine_tiles_begin(T);
+        for (int tt = 0; 32 * tt < m; ++tt) {
+            const int mm0 = 32 * tt;
             const int rows = min(32, m - mm0);
             bool take = lane < rows;
             if (itm_only) {
-                const double* s = engine_stage(states + l * stride + (long long)mm0 * d, rows,
-                                               d, ds, tile, lane);
+                const double* s = engine_tile_row(T, tt);
                 take = take && engine_payoff(s, kind, put, strike, ua, uw, nu) > 0.0;
+                engine_tile_done(T, tt);
             }
             const double v = take ? y[l * m + mm0 + lane] : 0.0;
             sum = engine_ordered_sum(sum, v, take, rows);
         }
         mean = sum / (double)count;
     }
-    for (int mm0 = 0; mm0 < m; mm0 += 32) {
+    if (active) engine_tiles_begin(T);
+    for (int tt = 0; 32 * tt < m; ++tt) {
+        const int mm0 = 32 * tt;
         const int rows = min(32, m - mm0);
-        const double* s = nullptr;
-        if (active)
-            s = engine_stage(states + l * stride + (long long)mm0 * d, rows, d, ds, tile, lane);
-        if (lane >= rows) continue;
-        const long long t = l * m + mm0 + lane;
-        double cf = cash[t];
-        unsigned cd = cash_date[t];
-        if (active) {
-            const double payoff = engine_payoff(s, kind, put, strike, ua, uw, nu);
-            if (payoff > 0.0) {
-                double continuation;
-                if (ok) {
-                    continuation = 0.0;
-                    continuation = continuation + 1.0 * beta[0];
-                    if (flat) {
-                        for (int k = 1; k < n; ++k)
-                            continuation =
-                                continuation + (s[var_asset[k]] * var_inv[k]) * beta[k];
-                    } else {
-                        double psi[ENGINE_MAX_N];
-                        psi[0] = 1.0;
-                        for (int k = 1; k < n; ++k) {
-                            psi[k] = psi[parent[k]] * (s[var_asset[k]] * var_inv[k]);
-                            continuation = continuation + psi[k] * beta[k];
+        const double* s = active ? engine_tile_row(T, tt) : nullptr;
+        if (lane < rows) {
+            const long long t = l * m + mm0 + lane;
+            double cf = cash[t];
+            unsigned cd = cash_date[t];
+            if (active) {
+                const double payoff = engine_payoff(s, kind, put, strike, ua, uw, nu);
+                if (payoff > 0.0) {
+                    double continuation;
+                    if (ok) {
+                        continuation = 0.0;
+                        continuation = continuation + 1.0 * beta[0];
+                        if (flat) {
+                            for (int k = 1; k < n; ++k)
+                                continuation =
+                                    continuation + (s[var_asset[k]] * var_inv[k]) * beta[k];
+                        } else {
+                            double psi[ENGINE_MAX_N];
+                            psi[0] = 1.0;
+                            for (int k = 1; k < n; ++k) {
+                                psi[k] = psi[parent[k]] * (s[var_asset[k]] * var_inv[k]);
+                                continuation = continuation + psi[k] * beta[k];
+                            }
                         }
+                    } else {
+                        continuation = mean;
                     }
-                } else {
-                    continuation = mean;
-                }
-                if (payoff >= continuation) {
-                    cf = payoff;
-                    cd = date;
-                    cash[t] = cf;
-                    cash_date[t] = cd;
+                    if (payoff >= continuation) {
+                        cf = payoff;
+                        cd = date;
+                        cash[t] = cf;
+                        cash_date[t] = cd;
+                    }
                 }
             }
+            if (next_date >= 0) y[t] = cf * discount[cd - (unsigned)next_date];
         }
-        if (next_date >= 0) y[t] = cf * discount[cd - (unsigned)next_date];
+        if (active) engine_tile_done(T, tt);
     }
 }
 
 #define ENGINE_EXERCISE(name, real)                                                              \
     extern "C" __global__ void name(                                                             \
         const double* __restrict__ states, long long stride, long long c, int m, int d, int ds, \
-        int tile_doubles, int per_warp, int kind, int put, double strike,                       \
+        int tile_doubles, int bufs, int per_warp, int kind, int put, double strike,             \
         const int* __restrict__ ua, const double* __restrict__ uw, int nu, int itm_only, int n, \
         const int* __restrict__ parent, const int* __restrict__ var_asset,                      \
         const double* __restrict__ var_inv, int flat, const real* __restrict__ x,               \
@@ -250,8 +341,8 @@ __device__ __forceinline__ void engine_exercise_impl(
         const unsigned* __restrict__ counts, const double* __restrict__ discount,               \
         unsigned date, int next_date, double* __restrict__ y, double* __restrict__ cash,        \
         unsigned* __restrict__ cash_date) {                                                     \
-        engine_exercise_impl<real>(states, stride, c, m, d, ds, tile_doubles, per_warp, kind,   \
-                                   put, strike, ua, uw, nu, itm_only, n, parent, var_asset,     \
+        engine_exercise_impl<real>(states, stride, c, m, d, ds, tile_doubles, bufs, per_warp,   \
+                                   kind, put, strike, ua, uw, nu, itm_only, n, parent, var_asset,     \
                                    var_inv, flat, x, reports, alive, counts, discount, date,    \
                                    next_date, y, cash, cash_date);                              \
     }

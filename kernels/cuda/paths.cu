@@ -380,9 +380,14 @@ extern "C" __global__ void inner_paths(unsigned long long seed, unsigned first_o
 #define PATHS_D 0
 #endif
 
+#ifndef PATHS_PAYOFF
+#define PATHS_PAYOFF 0
+#endif
+
 #if PATHS_D > 0
 // Host defines: PATHS_D (assets, <= 32), PATHS_FACTOR (0/1), PATHS_BLOCK (threads per
-// block), and __constant__ double C_DRIFT[PATHS_D], C_VOL[PATHS_D] and, when PATHS_FACTOR,
+// block), optionally PATHS_PAYOFF (1, with paths_payoff defined before this file: see
+// inner_paths_fixed), and __constant__ double C_DRIFT[PATHS_D], C_VOL[PATHS_D] and, when PATHS_FACTOR,
 // C_FACTOR[PATHS_D * PATHS_D] (row-major lower triangular).
 #define RING (((PATHS_D + 6) / 4) * 4)  // normals ring rows: >= d + 3, a multiple of 4
 #define LDX (PATHS_BLOCK + 1)           // odd row stride: conflict-free block-wide copies
@@ -440,10 +445,18 @@ __device__ __forceinline__ void gbm_step_fixed(double* xs, double* zr, unsigned 
 
 // inner_paths with d = PATHS_D and the market compiled in; same arguments and layout
 // (out[((l * steps + s) * inner + mm) * d + i]); blockDim.x must be PATHS_BLOCK.
+// With pay_step >= 0 (only when the host compiled in PATHS_PAYOFF and
+// `double paths_payoff(const double* xs, int ld)`, the payoff of the states xs[i * ld] in the
+// arithmetic of engine.cu's engine_payoff), step pay_step is the last one generated and
+// its states are not stored: instead, as engine_cash_init would from them,
+// cash[l * inner + mm] = payoff, cash_date[..] = pay_date and, where y is not null,
+// y[..] = payoff * pay_df.
 extern "C" __global__ void __launch_bounds__(PATHS_BLOCK)
 inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, long long outer,
                   int inner, int steps, const double* __restrict__ start, long long start_stride,
-                  double* __restrict__ out) {
+                  double* __restrict__ out, int pay_step, unsigned pay_date, double pay_df,
+                  double* __restrict__ cash, unsigned* __restrict__ cash_date,
+                  double* __restrict__ y) {
     __shared__ double xs_all[PATHS_D * LDX];
     __shared__ double zr_all[RING * LDX];
     __shared__ long long base_all[PATHS_BLOCK];
@@ -469,6 +482,17 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
         if (live) {
             gbm_step_fixed(xs, zr, (unsigned)s * PATHS_D, &next, ns);
         }
+#if PATHS_PAYOFF
+        if (s == pay_step) {  // the same for every thread: no barrier is skipped
+            if (live) {
+                const double p = paths_payoff(xs, LDX);
+                cash[t] = p;
+                cash_date[t] = pay_date;
+                if (y != nullptr) y[t] = p * pay_df;
+            }
+            return;
+        }
+#endif
         __syncthreads();
         // Element e = tl * d + i of the block's states: thread tid copies e = tid,
         // tid + PATHS_BLOCK, ... (tl and i advanced without a division).

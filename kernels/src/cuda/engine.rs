@@ -196,38 +196,60 @@ const STATS_THREADS: u32 = 256;
 /// not depend on the device.
 const STATS_BLOCKS: u32 = 120;
 
+/// Most tile buffers per warp: 2, or `CVA_GPU_ENGINE_TILE_BUFFERS` (1 or 2; a timing
+/// override).
+fn tile_buffers_limit() -> usize {
+    static LIMIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        std::env::var("CVA_GPU_ENGINE_TILE_BUFFERS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .map_or(2, |v| v.clamp(1, 2))
+    })
+}
+
 /// Launch geometry of a warp-per-outer-path kernel with `extra` scratch doubles per warp
-/// besides the tile of 32 inner paths (`32 * ds` doubles, `ds = d | 1`).
+/// besides its tile buffers of 32 inner paths (`32 * ds` doubles each, `ds = d | 1`):
+/// two buffers where they fit (the next tile's copy in flight while the warp works on
+/// the current one), else one, else none.
 #[derive(Debug, Clone, Copy)]
 struct WarpTiles {
     warps: usize,
     /// Row stride of the tile in shared memory.
     ds: i32,
-    /// Doubles of tile per warp; 0 where even one warp's tile does not fit in shared
-    /// memory (the rows are then read from global memory).
+    /// Doubles of one tile buffer; 0 where even one warp's single tile does not fit in
+    /// shared memory (the rows are then read from global memory).
     tile: i32,
-    /// Doubles of shared memory per warp (tile + extra).
+    /// Tile buffers per warp (0, 1 or 2).
+    bufs: i32,
+    /// Doubles of shared memory per warp (the buffers, then `extra` rounded up to even,
+    /// so that every warp's share starts 16-byte aligned).
     per_warp: i32,
 }
 
 impl WarpTiles {
     fn new(d: usize, extra: usize) -> Self {
         let ds = d | 1;
-        let staged = (32 * ds + extra) * 8;
-        if staged <= MAX_SHARED_BYTES {
-            Self {
-                warps: (MAX_SHARED_BYTES / staged).clamp(1, 4),
-                ds: ds as i32,
-                tile: (32 * ds) as i32,
-                per_warp: (32 * ds + extra) as i32,
+        let extra = extra.next_multiple_of(2);
+        let tile = 32 * ds;
+        for bufs in [2, 1].into_iter().filter(|&b| b <= tile_buffers_limit()) {
+            let staged = (bufs * tile + extra) * 8;
+            if staged <= MAX_SHARED_BYTES {
+                return Self {
+                    warps: (MAX_SHARED_BYTES / staged).clamp(1, 4),
+                    ds: ds as i32,
+                    tile: tile as i32,
+                    bufs: bufs as i32,
+                    per_warp: (bufs * tile + extra) as i32,
+                };
             }
-        } else {
-            Self {
-                warps: 4,
-                ds: ds as i32,
-                tile: 0,
-                per_warp: extra as i32,
-            }
+        }
+        Self {
+            warps: 4,
+            ds: ds as i32,
+            tile: 0,
+            bufs: 0,
+            per_warp: extra as i32,
         }
     }
 
@@ -407,6 +429,7 @@ impl EngineKernels {
             .arg(&d)
             .arg(&g.ds)
             .arg(&g.tile)
+            .arg(&g.bufs)
             .arg(&g.per_warp);
         payoff_args(&mut l, payoff);
         l.arg(&date)
@@ -416,13 +439,15 @@ impl EngineKernels {
             .arg(cash_date)
             .arg(y);
         // SAFETY: the arguments match `engine_cash_init` in engine.cu (const double*,
-        // long long, long long, int, int, int, int, int, int, int, double, const int*,
-        // const double*, int, unsigned, int, const double*, double*, unsigned*, double*).
+        // long long, long long, int, int, int, int, int, int, int, int, double, const
+        // int*, const double*, int, unsigned, int, const double*, double*, unsigned*,
+        // double*).
         // The states hold (c-1)*stride + m*d elements and every payoff asset index is
         // < d (`view.check`); the payoff tables hold `len` entries; cash, cash_date and y
         // hold c*m (checked); discount covers date - next_date (checked); the shared
-        // memory is warps * per_warp doubles, the tile 32 * ds of each warp's share;
-        // warps >= c return first.
+        // memory is warps * per_warp doubles, each warp's share holding its `bufs` tile
+        // buffers of 32 * ds doubles (16-byte aligned: per_warp is even); warps >= c
+        // return first.
         unsafe { l.launch(g.config(view.c)?) }?;
         Ok(())
     }
@@ -462,12 +487,13 @@ impl EngineKernels {
             .arg(&d)
             .arg(&g.ds)
             .arg(&g.tile)
+            .arg(&g.bufs)
             .arg(&g.per_warp);
         payoff_args(&mut l, payoff);
         l.arg(alive).arg(&q).arg(&df).arg(values);
         // SAFETY: the arguments match `engine_european` (const double*, long long, long
-        // long, int, int, int, int, int, int, int, double, const int*, const double*,
-        // int, const unsigned char*, double, double, double*); states and payoff as
+        // long, int, int, int, int, int, int, int, int, double, const int*, const
+        // double*, int, const unsigned char*, double, double, double*); states and payoff as
         // checked by `view.check`, alive and values hold c (checked); shared memory as
         // in `cash_init`; warps >= c return first.
         unsafe { l.launch(g.config(view.c)?) }?;
@@ -539,6 +565,7 @@ impl EngineKernels {
             .arg(&d)
             .arg(&g.ds)
             .arg(&g.tile)
+            .arg(&g.bufs)
             .arg(&g.per_warp);
         payoff_args(&mut l, payoff);
         l.arg(&itm)
@@ -558,7 +585,7 @@ impl EngineKernels {
             .arg(cash)
             .arg(cash_date);
         // SAFETY: the arguments match `engine_exercise_{f64,f32}` for `T` (const double*,
-        // long long, long long, int, int, int, int, int, int, int, double, const int*,
+        // long long, long long, int, int, int, int, int, int, int, int, double, const int*,
         // const double*, int, int, int, const int*, const int*, const double*, int,
         // const real*, const EngineReport*, const unsigned char*, const unsigned*, const
         // double*, unsigned, int, double*, double*, unsigned*). States, payoff and basis
@@ -567,8 +594,8 @@ impl EngineKernels {
         // per-path arrays c, y and the cash flows c*m elements (checked); GpuReport is
         // the 16-byte EngineReport; the cash dates lie in date..=maturity, and discount
         // covers every offset from next_date (the caller's contract, as for the
-        // regression build); shared memory per warp is the tile plus n doubles of beta
-        // (`WarpTiles::new(d, n)`); warps >= c return first.
+        // regression build); shared memory per warp is the tile buffers plus n doubles
+        // of beta (`WarpTiles::new(d, n)`); warps >= c return first.
         unsafe { l.launch(g.config(c)?) }?;
         Ok(())
     }
@@ -699,6 +726,7 @@ impl EngineKernels {
             warps: 8,
             ds: 1,
             tile: 0,
+            bufs: 0,
             per_warp: 0,
         };
         let (c_arg, m_arg, os) = (c as i64, m as i32, outer_stride as i64);

@@ -24,6 +24,7 @@
 //!   engine's `[l][s][mm][i]`).
 
 use super::module::{compile_cubin, source_file};
+use super::regression::{GpuOptionKind, GpuPayoff, GpuUnderlying};
 use super::GpuError;
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{
@@ -101,6 +102,46 @@ fn c_array(name: &str, values: &[f64]) -> String {
     )
 }
 
+/// The device function `double paths_payoff(const double* xs, int ld)` of the fixed
+/// inner-path kernel: the payoff of the asset prices `xs[i * ld]`, with the operations of
+/// `engine_payoff` (engine.cu) in its order, so the same bits: the level `S_i`, the
+/// basket `((0 + w_0 S_i0) + w_1 S_i1) + ...` or the maximum `fmax(..fmax(-inf, S_i0)..)`,
+/// then `fmax(level - K, 0)` (call) or `fmax(K - level, 0)` (put); weights and strike as
+/// exact hexadecimal literals. `None` for a non-finite strike or weight.
+pub fn payoff_value_source(payoff: &GpuPayoff) -> Option<String> {
+    let s = |i: usize| format!("xs[{i} * ld]");
+    let level = match &payoff.underlying {
+        GpuUnderlying::Asset(i) => s(*i),
+        GpuUnderlying::Basket(w) => {
+            if !w.iter().all(|(_, x)| x.is_finite()) {
+                return None;
+            }
+            w.iter().fold("0.0".to_string(), |acc, &(i, wi)| {
+                format!("({acc} + ({}) * {})", c_literal(wi), s(i))
+            })
+        }
+        GpuUnderlying::Max(v) => v.iter().fold(
+            "__longlong_as_double(0xfff0000000000000LL)".to_string(),
+            |acc, &i| format!("fmax({acc}, {})", s(i)),
+        ),
+    };
+    if !payoff.strike.is_finite() {
+        return None;
+    }
+    let k = format!("({})", c_literal(payoff.strike));
+    let gap = match payoff.kind {
+        GpuOptionKind::Call => format!("level - {k}"),
+        GpuOptionKind::Put => format!("{k} - level"),
+    };
+    Some(format!(
+        "__device__ __forceinline__ double paths_payoff(const double* xs, int ld) {{
+    const double level = {level};
+    return fmax({gap}, 0.0);
+}}
+"
+    ))
+}
+
 /// The path module for `market`: the fixed kernels compiled for it (defines and the
 /// market's constants, then `cuda/paths.cu`) when it has at most
 /// [`FIXED_MAX_ASSETS`] assets and finite parameters, else `None` (generic kernels).
@@ -145,6 +186,23 @@ pub struct GpuPaths {
     shared_optin: usize,
     /// The market is compiled in: `inner` and `outer` are the fixed kernels.
     fixed: bool,
+    /// A maturity payoff is compiled into the fixed inner kernel
+    /// ([`GpuPaths::inner_paths_paying`]).
+    pays: bool,
+}
+
+/// The cash flows of an American position at its maturity date, written by
+/// [`GpuPaths::inner_paths_paying`] instead of the last step's states: for inner path
+/// `mm` of outer path `l`, `cash[l * inner + mm]` = the payoff, `cash_date[..] = date`
+/// and, with `next_df = Some(df)`, `y[..] = payoff * df` (the first regression step's
+/// discounted cash flows), exactly as `EngineKernels::cash_init` writes them.
+#[derive(Debug)]
+pub struct MaturityCash<'a, 'b> {
+    pub date: u32,
+    pub next_df: Option<f64>,
+    pub cash: &'a mut CudaViewMut<'b, f64>,
+    pub cash_date: &'a mut CudaViewMut<'b, u32>,
+    pub y: &'a mut CudaViewMut<'b, f64>,
 }
 
 impl GpuPaths {
@@ -157,7 +215,28 @@ impl GpuPaths {
         market: &MarketSteps,
         seed: u64,
     ) -> Result<Self, GpuError> {
-        Self::with_kernels(stream, market, seed, true)
+        Self::with_kernels(stream, market, seed, true, None)
+    }
+
+    /// As [`GpuPaths::new`], with `payoff` compiled into the fixed inner kernel so that
+    /// [`GpuPaths::inner_paths_paying`] can write the cash flows at maturity instead of
+    /// the last step's states ([`GpuPaths::pays_at_maturity`] says whether it could:
+    /// not for markets that get the generic kernels).
+    ///
+    /// # Errors
+    /// As [`GpuPaths::new`].
+    pub fn with_maturity_payoff(
+        stream: &Arc<CudaStream>,
+        market: &MarketSteps,
+        seed: u64,
+        payoff: &GpuPayoff,
+    ) -> Result<Self, GpuError> {
+        Self::with_kernels(stream, market, seed, true, Some(payoff))
+    }
+
+    /// Whether [`GpuPaths::inner_paths_paying`] is available.
+    pub fn pays_at_maturity(&self) -> bool {
+        self.pays
     }
 
     /// As [`GpuPaths::new`], but always with the generic kernels (`d`, drift, vol and
@@ -171,7 +250,7 @@ impl GpuPaths {
         market: &MarketSteps,
         seed: u64,
     ) -> Result<Self, GpuError> {
-        Self::with_kernels(stream, market, seed, false)
+        Self::with_kernels(stream, market, seed, false, None)
     }
 
     /// Whether the market is compiled into the kernels (see the module doc).
@@ -184,6 +263,7 @@ impl GpuPaths {
         market: &MarketSteps,
         seed: u64,
         allow_fixed: bool,
+        payoff: Option<&GpuPayoff>,
     ) -> Result<Self, GpuError> {
         let d = market.spots.len();
         if d == 0 || market.drift.len() != d || market.vol.len() != d {
@@ -211,7 +291,13 @@ impl GpuPaths {
             None
         };
         let fixed = fixed_src.is_some();
-        let mut src = fixed_src.unwrap_or_else(paths_source);
+        let payoff_src = payoff.filter(|_| fixed).and_then(payoff_value_source);
+        let pays = payoff_src.is_some();
+        let mut src = match (fixed_src, payoff_src) {
+            (Some(f), Some(p)) => format!("#define PATHS_PAYOFF 1\n{p}{f}"),
+            (Some(f), None) => f,
+            (None, _) => paths_source(),
+        };
         if needs_exp_fallback(market) {
             src = format!("#define PATHS_EXP_FALLBACK 1\n{src}");
         }
@@ -240,6 +326,7 @@ impl GpuPaths {
             factor: market.factor.map(|f| stream.clone_htod(f)).transpose()?,
             shared_optin,
             fixed,
+            pays,
         })
     }
 
@@ -385,6 +472,71 @@ impl GpuPaths {
         steps: usize,
         out: &mut CudaViewMut<f64>,
     ) -> Result<(), GpuError> {
+        self.inner_impl(
+            first_outer,
+            date,
+            start,
+            start_stride,
+            (outer, inner, steps),
+            out,
+            None,
+        )
+    }
+
+    /// As [`GpuPaths::inner_paths`], except that the last step (date `date + steps`) is
+    /// not stored in `out`: its payoff goes to `pay` instead (see [`MaturityCash`]).
+    /// The other steps are the same bits as [`GpuPaths::inner_paths`] writes.
+    ///
+    /// # Errors
+    /// [`GpuError::Invalid`] if no payoff is compiled in
+    /// ([`GpuPaths::pays_at_maturity`]) or a buffer is too short, driver errors.
+    #[allow(clippy::too_many_arguments)]
+    pub fn inner_paths_paying(
+        &self,
+        first_outer: u32,
+        date: u32,
+        start: &CudaView<f64>,
+        start_stride: usize,
+        (outer, inner, steps): (usize, usize, usize),
+        out: &mut CudaViewMut<f64>,
+        pay: MaturityCash,
+    ) -> Result<(), GpuError> {
+        if !self.pays {
+            return Err(GpuError::Invalid(
+                "inner paths: no maturity payoff compiled in".into(),
+            ));
+        }
+        let total = outer * inner;
+        if pay.cash.len() < total
+            || pay.cash_date.len() < total
+            || (pay.next_df.is_some() && pay.y.len() < total)
+        {
+            return Err(GpuError::Invalid(
+                "inner paths: cash flow buffers too short".into(),
+            ));
+        }
+        self.inner_impl(
+            first_outer,
+            date,
+            start,
+            start_stride,
+            (outer, inner, steps),
+            out,
+            Some(pay),
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn inner_impl(
+        &self,
+        first_outer: u32,
+        date: u32,
+        start: &CudaView<f64>,
+        start_stride: usize,
+        (outer, inner, steps): (usize, usize, usize),
+        out: &mut CudaViewMut<f64>,
+        pay: Option<MaturityCash>,
+    ) -> Result<(), GpuError> {
         let d = self.d;
         let need = outer * steps * inner * d;
         if out.len() < need {
@@ -420,6 +572,11 @@ impl GpuPaths {
                     outer * inner
                 )));
             }
+            let null = 0u64;
+            let pay_step: i32 = if pay.is_some() { steps_arg - 1 } else { -1 };
+            let (pay_date, pay_df) = pay
+                .as_ref()
+                .map_or((0u32, 0.0f64), |p| (p.date, p.next_df.unwrap_or(0.0)));
             let mut l = self.stream.launch_builder(&self.inner);
             l.arg(&self.seed)
                 .arg(&first_outer)
@@ -429,21 +586,42 @@ impl GpuPaths {
                 .arg(&steps_arg)
                 .arg(start)
                 .arg(&stride_arg)
-                .arg(out);
+                .arg(out)
+                .arg(&pay_step)
+                .arg(&pay_date)
+                .arg(&pay_df);
+            match pay {
+                Some(p) => {
+                    l.arg(p.cash).arg(p.cash_date);
+                    if p.next_df.is_some() {
+                        l.arg(p.y);
+                    } else {
+                        l.arg(&null);
+                    }
+                }
+                None => {
+                    l.arg(&null).arg(&null).arg(&null);
+                }
+            }
             let cfg = LaunchConfig {
                 grid_dim: (grid as u32, 1, 1),
                 block_dim: (FIXED_BLOCK as u32, 1, 1),
                 shared_mem_bytes: 0,
             };
             // SAFETY: the argument list matches `inner_paths_fixed` in paths.cu (u64,
-            // u32, u32, i64, i32, i32, start pointer, i64, out), compiled with PATHS_D =
-            // d and PATHS_BLOCK = FIXED_BLOCK threads (static shared memory). `start`
-            // holds (outer-1)*start_stride + d elements and `out` outer*steps*inner*d
-            // (both checked above); threads >= outer*inner read and write nothing but
-            // still reach every barrier.
+            // u32, u32, i64, i32, i32, start pointer, i64, out, i32, u32, f64, cash,
+            // cash_date, y: pointers or null), compiled with PATHS_D = d and PATHS_BLOCK
+            // = FIXED_BLOCK threads (static shared memory). `start` holds
+            // (outer-1)*start_stride + d elements and `out` outer*steps*inner*d (both
+            // checked above); pay_step >= 0 only with a payoff compiled in (`self.pays`,
+            // checked by `inner_paths_paying`), and then cash and cash_date hold
+            // outer*inner elements, y too or it is null (checked there); threads >=
+            // outer*inner read and write nothing but still reach every barrier, and the
+            // paying step returns on every thread of the block at once.
             unsafe { l.launch(cfg) }?;
             return Ok(());
         }
+        debug_assert!(pay.is_none(), "a maturity payoff needs the fixed kernels");
         let (block, grid, smem) = self.geometry(&self.inner, outer * inner)?;
         let null = 0u64;
         let mut l = self.stream.launch_builder(&self.inner);
@@ -591,7 +769,74 @@ mod tests {
                     panic!("{e}");
                 }
             }
+            // With each kind of maturity payoff compiled in.
+            for payoff in payoffs() {
+                let pay = super::payoff_value_source(&payoff).expect("finite payoff");
+                let src = format!("#define PATHS_PAYOFF 1\n{pay}{src}");
+                if let Err(e) = super::compile_cubin(&src, "paths.cu", "sm_90") {
+                    panic!("{payoff:?}: {e}");
+                }
+            }
         }
+    }
+
+    fn payoffs() -> Vec<super::GpuPayoff> {
+        use super::{GpuOptionKind, GpuPayoff, GpuUnderlying};
+        let mut v = Vec::new();
+        for kind in [GpuOptionKind::Call, GpuOptionKind::Put] {
+            for underlying in [
+                GpuUnderlying::Asset(3),
+                GpuUnderlying::Basket(vec![(0, 0.25), (4, -0.1), (2, 1.0 / 3.0)]),
+                GpuUnderlying::Max(vec![1, 0, 4]),
+                GpuUnderlying::Max(vec![]),
+            ] {
+                v.push(GpuPayoff {
+                    underlying,
+                    kind,
+                    strike: 0.95,
+                });
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn payoff_source_has_exact_constants_and_refuses_non_finite_ones() {
+        use super::{GpuOptionKind, GpuPayoff, GpuUnderlying};
+        let basket_put = GpuPayoff {
+            underlying: GpuUnderlying::Basket(vec![(0, 0.25), (4, -0.1)]),
+            kind: GpuOptionKind::Put,
+            strike: 0.95,
+        };
+        let src = super::payoff_value_source(&basket_put).expect("finite");
+        assert!(src.contains(&super::c_literal(0.95)), "{src}");
+        assert!(src.contains(&super::c_literal(-0.1)), "{src}");
+        assert!(src.contains("xs[4 * ld]"), "{src}");
+        assert!(src.contains(&format!("fmax(({}) - level, 0.0)", super::c_literal(0.95))));
+        let max_call = GpuPayoff {
+            underlying: GpuUnderlying::Max(vec![2, 1]),
+            kind: GpuOptionKind::Call,
+            strike: 1.0,
+        };
+        let src = super::payoff_value_source(&max_call).expect("finite");
+        assert!(
+            src.contains(
+                "fmax(fmax(__longlong_as_double(0xfff0000000000000LL), xs[2 * ld]), xs[1 * ld])"
+            ),
+            "{src}"
+        );
+        for strike in [f64::NAN, f64::INFINITY] {
+            let p = GpuPayoff {
+                strike,
+                ..max_call.clone()
+            };
+            assert!(super::payoff_value_source(&p).is_none());
+        }
+        let p = GpuPayoff {
+            underlying: GpuUnderlying::Basket(vec![(0, f64::NAN)]),
+            ..basket_put
+        };
+        assert!(super::payoff_value_source(&p).is_none());
     }
 
     #[test]
