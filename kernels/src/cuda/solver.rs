@@ -306,7 +306,7 @@ impl GpuBatchSolver {
                     key(
                         KernelFamily::HouseholderPcr,
                         nstar,
-                        tuning::householder_elems(n),
+                        tuning::householder_elems(n, T::IS_F64),
                     ),
                     nstar,
                 ))
@@ -793,6 +793,8 @@ impl GpuBatchSolver {
         let tiles = batch.div_ceil(systems).max(1);
         let grid = match key.family {
             KernelFamily::LdltSimd => tiles,
+            // One tile per block (the kernel does not loop over tiles in this mode).
+            KernelFamily::HouseholderPcr if tuning::householder_single_buffer(n, key.f64) => tiles,
             _ => tiles.min(blocks_per_sm as usize * self.info.multiprocessors as usize),
         };
         let grid = u32::try_from(grid)

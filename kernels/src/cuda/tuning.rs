@@ -107,10 +107,27 @@ pub fn ldlt_group_elems(n: usize, elem_bytes: usize) -> usize {
     2 * round(n * (n + 1) / 2).max(w_size) + 4 * n
 }
 
-/// Shared-memory elements per system of the Householder + PCR kernel: two buffers of
-/// packed `A`, 14 vectors of length `n` and two buffers of `b`.
-pub fn householder_elems(n: usize) -> usize {
-    n * (n + 1) + 16 * n
+/// Whether the Householder + PCR kernel runs one tile of systems per block with one
+/// shared buffer of packed `A` (`true`), or as persistent blocks with two buffers, the
+/// next tile's copy overlapping this one's work (`false`). One tile per block frees the
+/// registers that the persistent loop keeps for its loop-invariant addresses (f64
+/// n = 30, n* = 16: 254 -> 200 registers, 8 -> 10 warps/SM; f32: 163 -> 128, 12 -> 16)
+/// and half of the packed-`A` shared memory (benches/RESULTS.md, "GPU Householder + PCR,
+/// round 8"). The kernel tells the two apart by its shared stride
+/// ([`householder_elems`]), which is unambiguous for `n >= 8` only.
+pub fn householder_single_buffer(n: usize, _f64: bool) -> bool {
+    n >= 8
+}
+
+/// Shared-memory elements per system of the Householder + PCR kernel: one or two
+/// buffers of packed `A` ([`householder_single_buffer`]), 14 vectors of length `n` and
+/// one or two buffers of `b`.
+pub fn householder_elems(n: usize, f64: bool) -> usize {
+    if householder_single_buffer(n, f64) {
+        n * (n + 1) / 2 + 16 * n
+    } else {
+        n * (n + 1) + 16 * n
+    }
 }
 
 /// Shared-memory elements per thread of the one-thread-per-system `L D L^T`.
@@ -142,6 +159,21 @@ mod tests {
                 let w = s * eb / 4;
                 assert_eq!(w % 32, (32 / spw).max(4) % 32);
                 assert_eq!((s * eb) % 16, 0);
+            }
+        }
+    }
+
+    #[test]
+    fn householder_buffer_modes_are_told_apart() {
+        // The kernel reads one buffer from SYS_STRIDE < n (n + 1) + 16 n.
+        for n in 1..=64 {
+            for f64 in [false, true] {
+                for spw in [1, 2, 4, 8] {
+                    let eb = if f64 { 8 } else { 4 };
+                    let stride = padded_stride(householder_elems(n, f64), eb, spw);
+                    let single = stride < n * (n + 1) + 16 * n;
+                    assert_eq!(single, householder_single_buffer(n, f64), "n = {n}");
+                }
             }
         }
     }
