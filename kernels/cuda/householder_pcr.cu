@@ -599,7 +599,7 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
 #pragma unroll
         for (int s = 0; s < R; ++s) {
             int r = g.t + s * NSTAR;
-            if (row_max(s) >= i && g.t < NSTAR && r < N) {
+            if (row_max(s) >= i - 1 && g.t < NSTAR && r < N) {
                 if (r >= i + 1) d1 = hh_add_mul(d1, a[s][i], x[s]);
                 if (r >= i) d0 = hh_add_mul(d0, a[s][i - 1], x[s]);
                 if (i >= 3 && r >= i - 1) cn = hh_add_mul(cn, a[s][i >= 3 ? i - 3 : 0], a[s][i >= 2 ? i - 2 : 0]);

@@ -737,6 +737,14 @@ impl GpuBatchSolver {
         let eb = std::mem::size_of::<T>();
         let f = kernel.function(entry);
         let limit = self.info.shared_per_block_optin;
+        if key.family == KernelFamily::HouseholderPcr {
+            // Registers, not the carveout the driver would pick, should bound the
+            // resident warps (f64 n = 30: 12 warps of 16 KB at 168 registers).
+            f.set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                100,
+            )?;
+        }
         // (threads per block, systems per block, dynamic shared bytes) candidates.
         let candidates: Vec<(u32, usize, usize)> = match key.family {
             KernelFamily::LdltSimd => [1usize, 2, 4, 8, 16, 32, 64]
