@@ -44,10 +44,6 @@ __device__ __forceinline__ real hh_add_mul(real acc, real p, real q) {
 #ifndef HH_SQRT1
 #define HH_SQRT1 1
 #endif
-// HH_MINB: minimum resident blocks per SM asked of the compiler (0: none).
-#ifndef HH_MINB
-#define HH_MINB 0
-#endif
 // HH_RSQ 1: dlarfg from one reciprocal square root and one reciprocal of a number in
 // [1, 2], both short fixed sequences without a slow path: with nrm = ||(alpha, x)||,
 // rs = 1 / nrm, beta = -sign(alpha) q rs (q = alpha^2 + ||x||^2),
@@ -59,29 +55,6 @@ __device__ __forceinline__ real hh_add_mul(real acc, real p, real q) {
 #ifndef HH_RSQ
 #define HH_RSQ REAL_F64
 #endif
-// HH_OWNRSQ 1: the f64 reciprocal square root of HH_RSQ written out (hh_rsqrt_f64), no
-// out-of-line slow path; 0: CUDA's rsqrt.
-#ifndef HH_OWNRSQ
-#define HH_OWNRSQ 0
-#endif
-// HH_U 1 (needs HH_RSQ): the trailing update with the unnormalized reflector
-// u = (alpha - beta, x) of column i, H = I - tau_u u u^T, tau_u = tau / (alpha - beta)^2:
-// the product A22 x (all of A22 u but its first column) is formed while the norm of x is
-// being reduced across the group, and the reciprocal of tau is off the chain; the
-// normalized v (v_1 = 1) is still what column i keeps for x = Q z and what updates b.
-// 0: v-based update (p = tau A22 v after dlarfg).
-#ifndef HH_U
-#define HH_U 0
-#endif
-// HH_U1 1: with HH_U, one partial sum per row in A22 x (fewer live registers); 0: two.
-#ifndef HH_U1
-#define HH_U1 0
-#endif
-// HH_BT2 1: x = Q z two reflectors per group reduction (half the dependent
-// reductions; the inner products v_{i-1}^T v_i ride along); 0: one per reduction.
-#ifndef HH_BT2
-#define HH_BT2 0
-#endif
 // HH_P4 1: four interleaved partial sums per row in p = tau A22 v (0: two). Measured
 // with HH_RSQ 1 (round 7, H100, f64 n = 30 n* = 16): 64.2 M/s against 64.9-65.2; off.
 #ifndef HH_P4
@@ -91,7 +64,8 @@ __device__ __forceinline__ real hh_add_mul(real acc, real p, real q) {
 // one shared buffer of packed A and b per system, copied in and waited for at the start;
 // the copy latency is hidden by the other resident warps. Without the persistent loop
 // the compiler no longer keeps loop-invariant addresses in registers across tiles (f64
-// n = 30, n* = 16: 254 -> 200 registers). 0: persistent blocks with two buffers (the
+// n = 30: n* = 16 254 -> 212 registers, n* = 32 254 -> 122; f32 n* = 16 163 -> 128).
+// 0: persistent blocks with two buffers (the
 // next tile's copy overlaps this one's work). The host chooses
 // (`tuning::householder_single_buffer`) and sizes the shared stride accordingly: one
 // buffer when SYS_STRIDE is below the two-buffer size n (n + 1) + 16 n.
@@ -103,34 +77,24 @@ __device__ __forceinline__ real hh_add_mul(real acc, real p, real q) {
 #else
 #define HH_BUFS 2
 #endif
-// HH_MAXREG: register cap per thread (0: none), to trade registers for resident warps.
+// HH_MAXREG: register cap per thread (`__maxnreg__`; 0: none). Warps per SM go by the
+// registers of one SM sub-partition (16,384, a warp stays on one): up to 255 registers
+// 8 warps/SM, 168 12, 128 16. The cap pays where it lifts 8 to 12 warps with few spills
+// (H100, batch 2^20, benches/RESULTS.md round 8): f64 n* = 64 (n = 48: 8.9 -> 11.5 M/s,
+// n = 64: 6.4 -> 8.0) and f32 n* = 32 with n > 32 (n = 48: 28.9 M/s against 21.7 at
+// n* = 64). It does not at f64 n = 30 n* = 16 (192 B of spills: 61.5 against 63.5).
 #ifndef HH_MAXREG
+#if (REAL_F64 && NSTAR > 32) || (!REAL_F64 && NSTAR == 32 && N > 32)
+#define HH_MAXREG 168
+#else
 #define HH_MAXREG 0
+#endif
 #endif
 
 #if HH_RSQ
-// 1 / sqrt(q) for q > 0. f64: the MUFU.RSQ64H approximation (relative error below
-// 2^-22.9) and one third-order Newton step y + y e (1/2 + 3/8 e), e = 1 - q y^2 (the
-// same steps as CUDA's rsqrt, within 1 ulp), written out so that no call to the
-// library's out-of-line slow path remains: a call site makes the register allocator
-// spill the live rows around it. The approximation flushes subnormal arguments, so
-// q < 2^-1000 is scaled by 2^600 first (exactly) and the result by 2^300.
-__device__ __forceinline__ double hh_rsqrt_f64(double q) {
-    const bool tiny = q < 0x1p-1000;
-    const double qs = tiny ? q * 0x1p600 : q;
-    double y;
-    asm("rsqrt.approx.ftz.f64 %0, %1;" : "=d"(y) : "d"(qs));
-    const double e = fma(-qs, y * y, 1.0);
-    y = fma(fma(e, 0.375, 0.5), y * e, y);
-    return tiny ? y * 0x1p300 : y;
-}
 __device__ __forceinline__ real hh_rsqrt(real q) {
 #if REAL_F64
-#if HH_OWNRSQ
-    return hh_rsqrt_f64(q);
-#else
     return rsqrt(q);
-#endif
 #else
     return rsqrtf(q);
 #endif
@@ -157,8 +121,6 @@ __device__ __forceinline__ void hh_group_sum1(real& a, real* scratch) {
 
 #if HH_MAXREG > 0
 extern "C" __global__ void __maxnreg__(HH_MAXREG)
-#elif HH_MINB > 0
-extern "C" __global__ void __launch_bounds__(NSTAR > 32 ? 64 : 128, HH_MINB)
 #else
 extern "C" __global__ void __launch_bounds__(NSTAR > 32 ? 64 : 128)
 #endif
@@ -243,126 +205,6 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
         }
     }
 
-#if HH_U
-    // Tridiagonalization with the unnormalized reflector u = (alpha - beta, x): the
-    // product A22 x is formed while the norm of x is being reduced, so that after the
-    // reduction only the reflector's leading entry is missing (see HH_U above).
-#pragma unroll
-    for (int i = 0; i + 1 < N; ++i) {
-        real* u_sh = sv + (i & 1) * N;
-        real* w_sh = sw + (i & 1) * N;
-        real xs = 0, alpha = 0;
-        real ur[R];
-#pragma unroll
-        for (int s = 0; s < R; ++s) {
-            int r = g.t + s * NSTAR;
-            ur[s] = 0;
-            if (row_max(s) >= i + 1 && g.t < NSTAR && r < N) {
-                if (r >= i + 2) {
-                    ur[s] = a[s][i];
-                    xs = hh_add_mul(xs, a[s][i], a[s][i]);
-                    u_sh[r] = a[s][i];
-                }
-#if NSTAR > 32
-                if (r == i + 1) alpha = a[s][i];
-#endif
-            }
-        }
-        group_sync();
-        // pp = A(i+1:n, i+2:n) x, two interleaved partial sums per row.
-        real p[R], p2[R];
-#pragma unroll
-        for (int s = 0; s < R; ++s) {
-            p[s] = 0;
-            p2[s] = 0;
-        }
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-            if (k >= i + 2) {
-                const real xk = u_sh[k];
-#pragma unroll
-                for (int s = 0; s < R; ++s) {
-                    if (row_max(s) >= i + 1) {
-                        if (HH_U1 || ((k - i) & 1)) p[s] = hh_add_mul(p[s], a[s][k], xk);
-                        else p2[s] = hh_add_mul(p2[s], a[s][k], xk);
-                    }
-                }
-            }
-        }
-#if NSTAR > 32
-        group_sum2(xs, alpha, red_scratch);
-#else
-        alpha = group_bcast(a[(i + 1) / NSTAR][i], g, (i + 1) % NSTAR);
-        hh_group_sum1(xs, red_scratch);
-#endif
-        // dlarfg as HH_RSQ: rs = 1 / ||(alpha, x)||, beta = -sign(alpha) q rs,
-        // tau = 1 + |alpha| rs, v = u / (alpha - beta) with 1 / (alpha - beta) =
-        // sign(alpha) rs / tau; u1 = alpha - beta; tau_u = tau / (alpha - beta)^2 =
-        // rs sigma with sigma = rs / tau. A column whose x underflows is skipped
-        // (tau = rs = sigma = u1 = 0: p = w = 0, v = (1, 0, ..., 0)).
-        real tau = 0, beta = alpha, scal = 0, rs = 0, sigma = 0, u1 = 0;
-        if (xs > (real)0) {
-            const real q = hh_add_mul(xs, alpha, alpha);
-            rs = hh_rsqrt(q);
-            beta = -copysign(q * rs, alpha);
-            u1 = alpha - beta;
-            tau = hh_add_mul((real)1, fabs(alpha), rs);
-            sigma = rs * hh_rcp12(tau);
-            scal = copysign(sigma, alpha);
-        }
-        // p' = rs A22 u (p = tau_u A22 u = sigma p'), v into column i, and the partial
-        // sums of p'^T u and v^T b.
-        real vr[R];
-        real pv_loc = 0, vb_loc = 0;
-#pragma unroll
-        for (int s = 0; s < R; ++s) {
-            int r = g.t + s * NSTAR;
-            vr[s] = 0;
-            if (row_max(s) >= i + 1 && g.t < NSTAR && r < N && r >= i + 1) {
-                if (r == i + 1) ur[s] = u1;
-                p[s] = rs * hh_add_mul(p[s] + p2[s], a[s][i + 1], u1);
-                vr[s] = (r == i + 1) ? (real)1 : a[s][i] * scal;
-                a[s][i] = vr[s];
-                pv_loc = hh_add_mul(pv_loc, p[s], ur[s]);
-                vb_loc = hh_add_mul(vb_loc, vr[s], b[s]);
-            } else {
-                p[s] = 0;
-            }
-        }
-        if (g.t == 0) {
-            se[i] = beta;
-            stau[i] = tau;
-        }
-        group_sum2(pv_loc, vb_loc, red_scratch);
-        // w = p - (tau_u / 2)(p^T u) u = sigma p' + kk u, kk = -(rs sigma / 2) sigma (p'^T u).
-        const real kk = (real)(-0.5) * (rs * sigma) * (sigma * pv_loc);
-        const real tvb = tau * vb_loc;
-        real wr[R];
-#pragma unroll
-        for (int s = 0; s < R; ++s) {
-            int r = g.t + s * NSTAR;
-            wr[s] = (r >= i + 1) ? hh_add_mul(sigma * p[s], kk, ur[s]) : (real)0;
-            if (row_max(s) >= i + 1 && g.t < NSTAR && r < N && r >= i + 1) {
-                w_sh[r] = wr[s];
-                b[s] = hh_add_mul(b[s], -tvb, vr[s]);
-            }
-        }
-        group_sync();
-        // Rank-2 update A22 -= u w^T + w u^T.
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-            if (k >= i + 1) {
-                const real uk = (k == i + 1) ? u1 : u_sh[k];
-                const real wk = w_sh[k];
-#pragma unroll
-                for (int s = 0; s < R; ++s) {
-                    if (row_max(s) >= i + 1) a[s][k] = hh_add_mul(hh_add_mul(a[s][k], -ur[s], wk), -wr[s], uk);
-                }
-            }
-        }
-        if (g.t == i % NSTAR) sd[i] = a[i / NSTAR][i];
-    }
-#else
     // Tridiagonalization.
 #pragma unroll
     for (int i = 0; i + 1 < N; ++i) {
@@ -508,7 +350,6 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
         }
         if (g.t == i % NSTAR) sd[i] = a[i / NSTAR][i];
     }
-#endif
     if (g.t == (N - 1) % NSTAR) sd[N - 1] = a[(N - 1) / NSTAR][N - 1];
     group_sync();
 
@@ -577,55 +418,8 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
     }
 
     // x = Q z = H_0 (H_1 (... H_{n-2} z)).
-#if HH_BT2
-    // Two reflectors per reduction: with d1 = v_i^T x, d0 = v_{i-1}^T x and
-    // c = v_{i-1}^T v_i, H_{i-1} H_i x = x - f1 v_i - f0 v_{i-1}, f1 = tau_i d1,
-    // f0 = tau_{i-1} (d0 - f1 c). The c of the next pair rides in the same reduction.
-    real cpair = 0;
-    if (N >= 3) {
-#pragma unroll
-        for (int s = 0; s < R; ++s) {
-            int r = g.t + s * NSTAR;
-            if (row_max(s) >= N - 1 && g.t < NSTAR && r < N && r >= N - 1)
-                cpair = hh_add_mul(cpair, a[s][N >= 3 ? N - 3 : 0], a[s][N >= 3 ? N - 2 : 0]);
-        }
-        hh_group_sum1(cpair, red_scratch);
-    }
-#pragma unroll
-    for (int i = N - 2; i >= 1; i -= 2) {
-        const real tau1 = stau[i];
-        const real tau0 = stau[i - 1];
-        real d1 = 0, d0 = 0, cn = 0;
-#pragma unroll
-        for (int s = 0; s < R; ++s) {
-            int r = g.t + s * NSTAR;
-            if (row_max(s) >= i - 1 && g.t < NSTAR && r < N) {
-                if (r >= i + 1) d1 = hh_add_mul(d1, a[s][i], x[s]);
-                if (r >= i) d0 = hh_add_mul(d0, a[s][i - 1], x[s]);
-                if (i >= 3 && r >= i - 1) cn = hh_add_mul(cn, a[s][i >= 3 ? i - 3 : 0], a[s][i >= 2 ? i - 2 : 0]);
-            }
-        }
-        group_sum2(d1, d0, red_scratch);
-        if (i >= 3) hh_group_sum1(cn, red_scratch);
-        const real f1 = tau1 * d1;
-        const real f0 = tau0 * hh_add_mul(d0, -f1, cpair);
-#pragma unroll
-        for (int s = 0; s < R; ++s) {
-            int r = g.t + s * NSTAR;
-            if (row_max(s) >= i && g.t < NSTAR && r < N) {
-                if (r >= i + 1) x[s] = hh_add_mul(x[s], -f1, a[s][i]);
-                if (r >= i) x[s] = hh_add_mul(x[s], -f0, a[s][i - 1]);
-            }
-        }
-        cpair = cn;
-    }
-    // The reflector left over when n - 1 is odd: H_0.
-#pragma unroll
-    for (int i = (N - 1) % 2 == 1 ? 0 : -1; i >= 0; --i) {
-#else
 #pragma unroll
     for (int i = N - 2; i >= 0; --i) {
-#endif
         const real tau = stau[i];
         real dot = 0;
 #pragma unroll

@@ -44,16 +44,20 @@ pub fn householder_row_registers(n: usize, nstar: usize, elem_bytes: usize) -> u
 
 /// `n*` of the Householder + PCR kernel for size `n` (threads per system), measured
 /// like [`ldlt_hybrid_nstar`] over n* in {4, 8, 16, 32, 64} (configurations whose rows
-/// do not fit in registers excluded).
+/// do not fit in registers excluded), last in round 8 of benches/RESULTS.md with one
+/// tile per block: f64 n = 16 n* = 4 (515 against 468 M/s at n* = 8), f64 n = 30 n* = 32
+/// (122 registers, 16 warps/SM: 66.8 against 63.5 at n* = 16), f32 n = 32 n* = 16
+/// (152 against 106 at n* = 8). Sizes between measured ones take the value of a
+/// measured neighbour.
 pub fn householder_nstar(n: usize, f64: bool) -> usize {
     let nstar = match (n, f64) {
-        (0..=8, true) => 4,
-        (9..=16, true) => 8,
-        (17..=32, true) => 16,
+        (0..=16, true) => 4,
+        (17..=29, true) => 16,
+        (30..=31, true) => 32,
+        (32, true) => 16,
         (_, true) => 64,
         (0..=16, false) => 4,
-        (17..=30, false) => 16,
-        (31..=32, false) => 8,
+        (17..=32, false) => 16,
         (33..=48, false) => 32,
         (_, false) => 64,
     };
@@ -111,14 +115,13 @@ pub fn ldlt_group_elems(n: usize, elem_bytes: usize) -> usize {
 /// shared buffer of packed `A` (`true`), or as persistent blocks with two buffers, the
 /// next tile's copy overlapping this one's work (`false`). One tile per block frees the
 /// registers that the persistent loop keeps for its loop-invariant addresses (f64
-/// n = 30, n* = 16: 254 -> 200 registers, 8 -> 10 warps/SM; f32: 163 -> 128, 12 -> 16)
-/// and half of the packed-`A` shared memory (benches/RESULTS.md, "GPU Householder + PCR,
-/// round 8"). The kernel tells the two apart by its shared stride
-/// ([`householder_elems`]), which is unambiguous for `n >= 8` only.
-pub fn householder_single_buffer(n: usize, f64: bool) -> bool {
-    // f64 33..=48 (n* = 64, one system per block): 204 registers either way, so the
-    // overlap of the two buffers wins (9.6 against 8.9 M/s at n = 48, round 8).
-    n >= 8 && !(f64 && (33..=48).contains(&n))
+/// n = 30: n* = 32 254 -> 122 registers, 8 -> 16 warps/SM; f32 n* = 16 163 -> 128,
+/// 12 -> 16) and half of the packed-`A` shared memory (benches/RESULTS.md, "GPU
+/// Householder + PCR, round 8"). The kernel tells the two apart by its shared stride
+/// ([`householder_elems`]), which is unambiguous for `n >= 8` only; below that the
+/// persistent kernel stays.
+pub fn householder_single_buffer(n: usize, _f64: bool) -> bool {
+    n >= 8
 }
 
 /// Shared-memory elements per system of the Householder + PCR kernel: one or two
