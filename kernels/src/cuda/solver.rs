@@ -738,8 +738,9 @@ impl GpuBatchSolver {
         let f = kernel.function(entry);
         let limit = self.info.shared_per_block_optin;
         if key.family == KernelFamily::HouseholderPcr {
-            // Registers, not the carveout the driver would pick, should bound the
-            // resident warps (f64 n = 30: 12 warps of 16 KB at 168 registers).
+            // Registers, not a smaller carveout picked by the driver, should bound the
+            // resident warps (round 8 of benches/RESULTS.md: without this the driver's
+            // choice stopped f64 n = 30 n* = 16 at 8 blocks of 16 KB).
             f.set_attribute(
                 CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
                 100,
