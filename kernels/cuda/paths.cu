@@ -389,8 +389,16 @@ extern "C" __global__ void inner_paths(unsigned long long seed, unsigned first_o
 // block), optionally PATHS_PAYOFF (1, with paths_payoff defined before this file: see
 // inner_paths_fixed), and __constant__ double C_DRIFT[PATHS_D], C_VOL[PATHS_D] and, when PATHS_FACTOR,
 // C_FACTOR[PATHS_D * PATHS_D] (row-major lower triangular).
-#define RING (((PATHS_D + 6) / 4) * 4)  // normals ring rows: >= d + 3, a multiple of 4
-#define LDX (PATHS_BLOCK + 1)           // odd row stride: conflict-free block-wide copies
+// A step's normals are generated PATHS_CHUNK assets ahead of their use, so the ring
+// holds at most a chunk plus the 3 draws a Philox block may leave over: RING rows,
+// >= chunk + 3, a multiple of 4. A short ring keeps the block's shared memory small
+// (more blocks per SM); PATHS_CHUNK >= d generates the whole step first.
+#ifndef PATHS_CHUNK
+#define PATHS_CHUNK 8
+#endif
+#define PATHS_CH (PATHS_CHUNK < PATHS_D ? PATHS_CHUNK : PATHS_D)
+#define RING (((PATHS_CH + 6) / 4) * 4)
+#define LDX (PATHS_BLOCK + 1)  // odd row stride: conflict-free block-wide copies
 
 // Normals of the stream up to draw `end` (exclusive) into the ring (row = draw mod RING),
 // continuing from Philox block *next; at most 3 draws beyond `end` are generated, and
@@ -412,23 +420,23 @@ __device__ __forceinline__ void fill_ring(double* zr, unsigned* next, unsigned e
 }
 
 // One exact GBM step of the state xs[i * LDX] (i < d) with the normals of draws
-// first .. first + d, generated into the ring first. The correlated increment of asset i
+// first .. first + d, generated into the ring a chunk of assets at a time. The correlated increment of asset i
 // is ((C_i0 z_0 + C_i1 z_1) + ...) + C_ii z_i in increasing k, as the generic kernel
 // forms it (it starts from 0.0 + C_i0 z_0; starting from C_i0 z_0 changes the sum only
 // when every product is -0.0, and then only its sign, which leaves drift + vol * w and
 // the state unchanged).
 __device__ __forceinline__ void gbm_step_fixed(double* xs, double* zr, unsigned first,
                                                unsigned* next, const NormalStream& ns) {
-    fill_ring(zr, next, first + PATHS_D, ns);
-    const unsigned base = first % RING;
+    unsigned row = first % RING;
 #if PATHS_FACTOR
     double acc[PATHS_D];
 #endif
 #pragma unroll
     for (int k = 0; k < PATHS_D; ++k) {
-        unsigned row = base + k;
-        if (row >= RING) row -= RING;
+        if (k % PATHS_CH == 0)
+            fill_ring(zr, next, first + (k + PATHS_CH < PATHS_D ? k + PATHS_CH : PATHS_D), ns);
         const double z = zr[row * LDX];
+        row = row + 1 == RING ? 0u : row + 1;
 #if PATHS_FACTOR
 #pragma unroll
         for (int i = k; i < PATHS_D; ++i) {
