@@ -69,7 +69,9 @@ impl KernelFamily {
             }
             KernelFamily::Util => source_file("util.cu", UTIL_CU),
             KernelFamily::DivideConquer => {
-                source_file("stedc.cu", STEDC_CU) + &source_file("escalate.cu", ESCALATE_CU)
+                source_file("rcp.cu", RCP_CU)
+                    + &source_file("stedc.cu", STEDC_CU)
+                    + &source_file("escalate.cu", ESCALATE_CU)
             }
         }
     }
