@@ -221,6 +221,11 @@ __device__ __forceinline__ bool rcp_keys_ok(unsigned kmin, unsigned kmax) {
 #ifndef DC_FAST_DIV
 #define DC_FAST_DIV REAL_F64
 #endif
+// DC_FAST_MDIV (f64, with DC_FAST_RCP): the division of each model iteration's two-pole
+// root by div_rn_fast_f64 as well (the model solve is redone exactly if out of range).
+#ifndef DC_FAST_MDIV
+#define DC_FAST_MDIV 0
+#endif
 #define DC_DIV_KEY_LO (63u << 20)
 #define DC_DIV_KEY_HI (2023u << 20)
 #if REAL_F64
@@ -618,15 +623,26 @@ __device__ void apply_q_saved(const Reflectors& h, real (&y)[SLOTS], bool transp
 // Secular equation (secular.rs), one root per lane; d, z in shared memory. A root is
 // returned as (origin, tau): lambda = d[origin] + tau, d_j - lambda = (d_j - d_origin) - tau.
 // ---------------------------------------------------------------------------------
-__device__ __forceinline__ real root_between(real a, real b, real c) {
+// The divisions by sec_div<FAST> (keys tracked in kmin, kmax); FAST = false: `/`.
+template <bool FAST>
+__device__ __forceinline__ real root_between_t(real a, real b, real c, unsigned& kmin, unsigned& kmax) {
     real disc = sqrt(fabs(a * a - (real)4 * b * c));
-    if (a <= (real)0) return (a - disc) / ((real)2 * c);
-    return (real)2 * b / (a + disc);
+    if (a <= (real)0) return sec_div<FAST>(a - disc, (real)2 * c, kmin, kmax);
+    return sec_div<FAST>((real)2 * b, a + disc, kmin, kmax);
+}
+template <bool FAST>
+__device__ __forceinline__ real root_right_t(real a, real b, real c, unsigned& kmin, unsigned& kmax) {
+    real disc = sqrt(fabs(a * a - (real)4 * b * c));
+    if (a >= (real)0) return sec_div<FAST>(a + disc, (real)2 * c, kmin, kmax);
+    return sec_div<FAST>((real)2 * b, a - disc, kmin, kmax);
+}
+__device__ __forceinline__ real root_between(real a, real b, real c) {
+    unsigned u0 = 0, u1 = 0;
+    return root_between_t<false>(a, b, c, u0, u1);
 }
 __device__ __forceinline__ real root_right(real a, real b, real c) {
-    real disc = sqrt(fabs(a * a - (real)4 * b * c));
-    if (a >= (real)0) return (a + disc) / ((real)2 * c);
-    return (real)2 * b / (a - disc);
+    unsigned u0 = 0, u1 = 0;
+    return root_right_t<false>(a, b, c, u0, u1);
 }
 
 __device__ void two_poles(int i, const real* d, const real* z, real rho, int* origin, real* tau) {
@@ -727,18 +743,24 @@ __device__ __forceinline__ real bisect(real lo, real hi) {
 }
 
 // Returns false when the model has no root right of the poles (last root, c <= 0).
-__device__ __forceinline__ bool two_pole_root(real c, real pa, real s, real pb, real sb, bool last, real* out) {
+template <bool FAST>
+__device__ __forceinline__ bool two_pole_root_t(real c, real pa, real s, real pb, real sb, bool last, real* out,
+                                                unsigned& kmin, unsigned& kmax) {
     real a = c * (pa + pb) + s + sb;
     real b = c * pa * pb + s * pb + sb * pa;
     if (!last) {
-        *out = root_between(a, b, c);
+        *out = root_between_t<FAST>(a, b, c, kmin, kmax);
         return true;
     }
     if (c > (real)0) {
-        *out = root_right(a, b, c);
+        *out = root_right_t<FAST>(a, b, c, kmin, kmax);
         return true;
     }
     return false;
+}
+__device__ __forceinline__ bool two_pole_root(real c, real pa, real s, real pb, real sb, bool last, real* out) {
+    unsigned u0 = 0, u1 = 0;
+    return two_pole_root_t<false>(c, pa, s, pb, sb, last, out, u0, u1);
 }
 
 __device__ real middle_way_root(const Evaluation& ev, const real* d, int origin, int a, bool last, real tau) {
@@ -757,7 +779,7 @@ __device__ real middle_way_root(const Evaluation& ev, const real* d, int origin,
 template <bool FAST>
 __device__ __forceinline__ real model_root_t(const Evaluation& ev, const real* d, const real* z, int origin, int a,
                                              bool last, real tau, real hi_outer, bool* in_range) {
-    unsigned kmin = DC_RCP_KEY_LO, kmax = 0;
+    unsigned kmin = DC_RCP_KEY_LO, kmax = 0, dmin = DC_DIV_KEY_LO, dmax = 0;
     real pos[4], weights[4], dist[4];
     bool present[4];
     real p_left = ev.d_left / ev.d2_left;
@@ -812,7 +834,9 @@ __device__ __forceinline__ real model_root_t(const Evaluation& ev, const real* d
         real q = pos[2] - t;
         real cm = g - p * dpsi - q * dphi;
         real next;
-        if (!two_pole_root(cm, pos[1], dpsi * p * p, pos[2], dphi * q * q, last, &next)) next = t - g / dg;
+        if (!two_pole_root_t<FAST && DC_FAST_MDIV>(cm, pos[1], dpsi * p * p, pos[2], dphi * q * q, last, &next, dmin,
+                                                   dmax))
+            next = t - g / dg;
         if (!finite(next) || g * (next - t) > (real)0) next = t - g / dg;
         if (next == t) break;
         if (!(next > lo && next < hi)) next = bisect(lo, hi);
@@ -820,12 +844,26 @@ __device__ __forceinline__ real model_root_t(const Evaluation& ev, const real* d
         t = next;
         if (done) break;
     }
-    if (FAST) *in_range = rcp_keys_ok(kmin, kmax);
+    if (FAST) *in_range = rcp_keys_ok(kmin, kmax) && div_keys_ok(dmin, dmax);
     return t;
 }
 
-__device__ __noinline__ real model_root_exact(const Evaluation& ev, const real* d, const real* z, int origin, int a,
-                                              bool last, real tau, real hi_outer) {
+// The model solve with true divisions (out of line). The evaluation comes as the fields
+// that model_root_t reads, so that the caller's evaluation can stay in registers.
+__device__ __noinline__ real model_root_exact(real f, real d_left, real d2_left, real d_right, real d2_right,
+                                              real delta_a, real delta_b, const real* d, const real* z, int origin,
+                                              int a, bool last, real tau, real hi_outer) {
+    Evaluation ev;
+    ev.f = f;
+    ev.d_left = d_left;
+    ev.d2_left = d2_left;
+    ev.d_right = d_right;
+    ev.d2_right = d2_right;
+    ev.delta_a = delta_a;
+    ev.delta_b = delta_b;
+    ev.d_a = 0;
+    ev.d_b = 0;
+    ev.err = 0;
     return model_root_t<false>(ev, d, z, origin, a, last, tau, hi_outer, nullptr);
 }
 
@@ -835,7 +873,9 @@ __device__ __forceinline__ real model_root(const Evaluation& ev, const real* d, 
 #if DC_FAST_RCP
     bool ok = true;
     real t = model_root_t<true>(ev, d, z, origin, a, last, tau, hi_outer, &ok);
-    if (!ok) t = model_root_exact(ev, d, z, origin, a, last, tau, hi_outer);
+    if (!ok)
+        t = model_root_exact(ev.f, ev.d_left, ev.d2_left, ev.d_right, ev.d2_right, ev.delta_a, ev.delta_b, d, z, origin,
+                             a, last, tau, hi_outer);
     return t;
 #else
     return model_root_t<false>(ev, d, z, origin, a, last, tau, hi_outer, nullptr);
