@@ -174,14 +174,25 @@
 // (f32). An evaluation (or model root) that met a value outside that range is redone
 // with true divisions, so the results are those of `/` bit for bit. Without the branch
 // to the slow path inside the pole loop, the reciprocals of consecutive poles overlap.
+// Off for f64 16 < n <= 32 (DC_ROUND4_SHAPE: there every code change so far, this one
+// included, made the kernel ~2x slower on the diagonally dominant family through
+// instruction-fetch stalls, RESULTS.md round 6), where all three switches below give
+// round 5's code.
 #ifndef DC_FAST_RCP
-#define DC_FAST_RCP 1
+#define DC_FAST_RCP (!DC_ROUND4_SHAPE)
 #endif
 // DC_ONE_EVAL: the secular iteration evaluates f at one place in its loop (the midpoint
 // evaluation is the loop's first pass), so the pole loop is inlined once, not three
 // times (same evaluations in the same order).
 #ifndef DC_ONE_EVAL
-#define DC_ONE_EVAL 1
+#define DC_ONE_EVAL (!DC_ROUND4_SHAPE)
+#endif
+// Inlining of the evaluation and model templates: forced with the fast reciprocals
+// (their exact copies are out of line), the compiler's choice otherwise (round 5's code).
+#if DC_FAST_RCP
+#define DC_SEC_INLINE __forceinline__
+#else
+#define DC_SEC_INLINE
 #endif
 #if REAL_F64
 // Absolute high word of x; rcp_rn_fast_f64 is exact for keys in [hi(2^-1000), hi(2^1001)).
@@ -219,7 +230,7 @@ __device__ __forceinline__ bool rcp_keys_ok(unsigned kmin, unsigned kmax) {
 // divisor's high word is not finite as a float); a column whose numerators, divisors or
 // quotients leave [2^-960, 2^1000) is redone with `/`. So the results are those of `/`.
 #ifndef DC_FAST_DIV
-#define DC_FAST_DIV REAL_F64
+#define DC_FAST_DIV (REAL_F64 && !DC_ROUND4_SHAPE)
 #endif
 // DC_FAST_MDIV (f64, with DC_FAST_RCP): the division of each model iteration's two-pole
 // root by div_rn_fast_f64 as well (the model solve is redone exactly if out of range).
@@ -671,12 +682,12 @@ struct Evaluation {
 // f at lambda = d[origin] + tau with the derivative groups of model_root; one division
 // per pole (the reciprocal of d_j - lambda).
 template <bool FAST>
-__device__ __forceinline__ Evaluation sec_evaluate_t(const real* d, const real* z, int k, real rhoinv, int origin, int a,
+__device__ DC_SEC_INLINE Evaluation sec_evaluate_t(const real* d, const real* z, int k, real rhoinv, int origin, int a,
                                                      real tau, bool* in_range) {
+    unsigned kmin = DC_RCP_KEY_LO, kmax = 0;
     real f = rhoinv, d_left = 0, d2_left = 0, d_a = 0, d_b = 0, d_right = 0, d2_right = 0, abs_sum = 0;
     real delta_a = 0, delta_b = 0;
     const real d_origin = d[origin];
-    unsigned kmin = DC_RCP_KEY_LO, kmax = 0;
     UNROLL_SEC
     for (int j = 0; j < k; ++j) {
         const real dj = (d[j] - d_origin) - tau;
@@ -777,7 +788,7 @@ __device__ real middle_way_root(const Evaluation& ev, const real* d, int origin,
 
 // Fixed slots: 0 left remainder, 1 pole a, 2 pole a+1, 3 right remainder (present[]).
 template <bool FAST>
-__device__ __forceinline__ real model_root_t(const Evaluation& ev, const real* d, const real* z, int origin, int a,
+__device__ DC_SEC_INLINE real model_root_t(const Evaluation& ev, const real* d, const real* z, int origin, int a,
                                              bool last, real tau, real hi_outer, bool* in_range) {
     unsigned kmin = DC_RCP_KEY_LO, kmax = 0, dmin = DC_DIV_KEY_LO, dmax = 0;
     real pos[4], weights[4], dist[4];
@@ -1566,7 +1577,19 @@ __device__ bool merge_level(int depth, real* d, const real* e, Ws& ws, const int
         real prod = ge_product<true>(dkf, ws.sorg + f, ws.stau + f, l, k, prod0, &ok);
         if (!ok) prod = ge_product_exact(dkf, ws.sorg + f, ws.stau + f, l, k, prod0);
 #else
-        const real prod = ge_product<false>(dkf, ws.sorg + f, ws.stau + f, l, k, prod0, nullptr);
+        // (Round 5's loop, kept as it was: same operations as ge_product.)
+        const real dl = dkf[l];
+        real prod = prod0;
+#if DC_ROLL_COLD && !DC_UNROLL_GW
+#pragma unroll 1
+#else
+        UNROLL_GW
+#endif
+        for (int j = 0; j < k; ++j) {
+            if (j == l) continue;
+            const real delta = (dl - dkf[ws.sorg[f + j]]) - ws.stau[f + j];
+            prod *= delta / (dl - dkf[j]);
+        }
 #endif
         ws.zh[i] = copysign(sqrt(-prod), ws.zk[i]);
     }
@@ -1590,7 +1613,23 @@ __device__ bool merge_level(int depth, real* d, const real* e, Ws& ws, const int
                 w_column<true>(wc, dkf, ws.zh + f, k, dorg, tau, &ok);
                 if (!ok) w_column_exact(wc, dkf, ws.zh + f, k, dorg, tau);
 #else
-                w_column<false>(wc, dkf, ws.zh + f, k, dorg, tau, nullptr);
+                // (Round 5's loops, kept as they were: same operations as w_column.)
+                real vmax = 0;
+                UNROLL_GW
+                for (int l = 0; l < k; ++l) {
+                    const real x = ws.zh[f + l] / ((dkf[l] - dorg) - tau);
+                    wc[l * LD] = x;
+                    vmax = fmax(vmax, fabs(x));
+                }
+                real norm2 = 0;
+                UNROLL_GW
+                for (int l = 0; l < k; ++l) {
+                    const real x = wc[l * LD] / vmax;
+                    wc[l * LD] = x;
+                    norm2 += x * x;
+                }
+                const real inv = (real)1 / sqrt(norm2);
+                for (int l = 0; l < k; ++l) wc[l * LD] *= inv;
 #endif
             }
         }
