@@ -26,6 +26,11 @@
 //  * Z = Q W row by row with the row's new entries in registers (Q is the children's
 //    eigenvector block, sorted and rotated in place), W^T stored block-diagonally.
 //
+//  * Reciprocals and divisions of the secular equation, the Gu-Eisenstat product and the W
+//    columns without the compiler's slow-path branch (rcp_rn_fast of rcp.cu, prepended to
+//    this file, and div_rn_fast_f64; DC_FAST_RCP, DC_FAST_DIV): results equal to `/`, with
+//    an out-of-line exact redo when an operand leaves their range.
+//
 // Requires N (system size, 1..64) and REAL_F64; no NSTAR. Block = one warp (32 threads).
 
 #define METHOD_DIVIDE_CONQUER 2u
