@@ -26,6 +26,11 @@
 //  * Z = Q W row by row with the row's new entries in registers (Q is the children's
 //    eigenvector block, sorted and rotated in place), W^T stored block-diagonally.
 //
+//  * Reciprocals and divisions of the secular equation, the Gu-Eisenstat product and the W
+//    columns without the compiler's slow-path branch (rcp_rn_fast of rcp.cu, prepended to
+//    this file, and div_rn_fast_f64; DC_FAST_RCP, DC_FAST_DIV): results equal to `/`, with
+//    an out-of-line exact redo when an operand leaves their range.
+//
 // Requires N (system size, 1..64) and REAL_F64; no NSTAR. Block = one warp (32 threads).
 
 #define METHOD_DIVIDE_CONQUER 2u
@@ -166,6 +171,112 @@
 #define SECULAR_MAX_ITERATIONS 30
 #define MODEL_ITERATIONS 8
 #define FULL_MASK 0xffffffffu
+
+// DC_FAST_RCP: the reciprocals of the secular evaluation (one per pole) and of the
+// model iterations by rcp_rn_fast_f64 / _f32 (kernels/cuda/rcp.cu, prepended to this
+// file): the compiler's own correctly rounded reciprocal without its out-of-line slow
+// path, so equal to (real)1 / x, for |x| in [2^-1000, 2^1001) (f64) or [2^-100, 2^101)
+// (f32). An evaluation (or model root) that met a value outside that range is redone
+// with true divisions, so the results are those of `/` bit for bit. Without the branch
+// to the slow path inside the pole loop, the reciprocals of consecutive poles overlap.
+// Off for f64 16 < n <= 32 (DC_ROUND4_SHAPE: there every code change so far, this one
+// included, made the kernel ~2x slower on the diagonally dominant family through
+// instruction-fetch stalls, RESULTS.md round 6), where all three switches below give
+// round 5's code.
+#ifndef DC_FAST_RCP
+#define DC_FAST_RCP (!DC_ROUND4_SHAPE)
+#endif
+// DC_ONE_EVAL: the secular iteration evaluates f at one place in its loop (the midpoint
+// evaluation is the loop's first pass), so the pole loop is inlined once, not three
+// times (same evaluations in the same order).
+#ifndef DC_ONE_EVAL
+#define DC_ONE_EVAL (!DC_ROUND4_SHAPE)
+#endif
+// Inlining of the evaluation and model templates: forced with the fast reciprocals
+// (their exact copies are out of line), the compiler's choice otherwise (round 5's code).
+#if DC_FAST_RCP
+#define DC_SEC_INLINE __forceinline__
+#else
+#define DC_SEC_INLINE
+#endif
+#if REAL_F64
+// Absolute high word of x; rcp_rn_fast_f64 is exact for keys in [hi(2^-1000), hi(2^1001)).
+__device__ __forceinline__ unsigned rcp_key_abs(double x) { return (unsigned)__double2hiint(x) & 0x7fffffffu; }
+#define DC_RCP_KEY_LO (23u << 20)
+#define DC_RCP_KEY_HI (2024u << 20)
+__device__ __forceinline__ double sec_rcp_fast(double x) { return rcp_rn_fast_f64(x); }
+#else
+__device__ __forceinline__ unsigned rcp_key_abs(float x) { return (unsigned)__float_as_int(x) & 0x7fffffffu; }
+#define DC_RCP_KEY_LO (27u << 23)
+#define DC_RCP_KEY_HI (228u << 23)
+__device__ __forceinline__ float sec_rcp_fast(float x) { return rcp_rn_fast_f32(x); }
+#endif
+// 1 / x: by rcp_rn_fast when FAST (the key range is tracked in kmin, kmax), else `/`.
+template <bool FAST>
+__device__ __forceinline__ real sec_rcp(real x, unsigned& kmin, unsigned& kmax) {
+    if constexpr (FAST) {
+        const unsigned key = rcp_key_abs(x);
+        kmin = min(kmin, key);
+        kmax = max(kmax, key);
+        return sec_rcp_fast(x);
+    } else {
+        return (real)1 / x;
+    }
+}
+__device__ __forceinline__ bool rcp_keys_ok(unsigned kmin, unsigned kmax) {
+    return kmin >= DC_RCP_KEY_LO && kmax < DC_RCP_KEY_HI;
+}
+
+// DC_FAST_DIV (f64): the divisions of the Gu-Eisenstat product and of the W columns by
+// div_rn_fast_f64, the instruction sequence of the compiler's own IEEE division without
+// its branch to the slow path (MUFU.RCP64H with the low word 1, a cubic and a quadratic
+// Newton step, q = a y and one correction). The compiler keeps that sequence's result
+// unless the numerator or the quotient is near the ends of the exponent range (or the
+// divisor's high word is not finite as a float); a column whose numerators, divisors or
+// quotients leave [2^-960, 2^1000) is redone with `/`. So the results are those of `/`.
+#ifndef DC_FAST_DIV
+#define DC_FAST_DIV (REAL_F64 && !DC_ROUND4_SHAPE)
+#endif
+// DC_FAST_MDIV (f64, with DC_FAST_RCP): the division of each model iteration's two-pole
+// root by div_rn_fast_f64 as well (the model solve is redone exactly if out of range).
+#ifndef DC_FAST_MDIV
+#define DC_FAST_MDIV 0
+#endif
+#define DC_DIV_KEY_LO (63u << 20)
+#define DC_DIV_KEY_HI (2023u << 20)
+#if REAL_F64
+__device__ __forceinline__ double div_rn_fast_f64(double a, double d) {
+    double y;
+    asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(y) : "d"(d));
+    y = __hiloint2double(__double2hiint(y), 1);
+    double e = fma(-d, y, 1.0);
+    e = fma(e, e, e);
+    y = fma(y, e, y);
+    e = fma(-d, y, 1.0);
+    y = fma(y, e, y);
+    const double q = a * y;
+    const double r = fma(-d, q, a);
+    return fma(y, r, q);
+}
+#endif
+// a / d: by div_rn_fast_f64 when FAST (f64; the keys of a, q and d tracked), else `/`.
+template <bool FAST>
+__device__ __forceinline__ real sec_div(real a, real d, unsigned& kmin, unsigned& kmax) {
+#if REAL_F64
+    if constexpr (FAST) {
+        const double q = div_rn_fast_f64(a, d);
+        const unsigned ka = rcp_key_abs(a), kq = rcp_key_abs(q), kd = rcp_key_abs(d);
+        kmin = min(kmin, min(ka, kq));
+        kmax = max(kmax, max(ka, max(kq, kd)));
+        return q;
+    }
+#endif
+    return a / d;
+}
+__device__ __forceinline__ bool div_keys_ok(unsigned kmin, unsigned kmax) {
+    return kmin >= DC_DIV_KEY_LO && kmax < DC_DIV_KEY_HI;
+}
+
 
 // Elements per lane (rows, poles, roots) and the padded leading dimension of the
 // matrices in shared memory (odd: rows and columns are read without bank conflicts).
@@ -528,15 +639,26 @@ __device__ void apply_q_saved(const Reflectors& h, real (&y)[SLOTS], bool transp
 // Secular equation (secular.rs), one root per lane; d, z in shared memory. A root is
 // returned as (origin, tau): lambda = d[origin] + tau, d_j - lambda = (d_j - d_origin) - tau.
 // ---------------------------------------------------------------------------------
-__device__ __forceinline__ real root_between(real a, real b, real c) {
+// The divisions by sec_div<FAST> (keys tracked in kmin, kmax); FAST = false: `/`.
+template <bool FAST>
+__device__ __forceinline__ real root_between_t(real a, real b, real c, unsigned& kmin, unsigned& kmax) {
     real disc = sqrt(fabs(a * a - (real)4 * b * c));
-    if (a <= (real)0) return (a - disc) / ((real)2 * c);
-    return (real)2 * b / (a + disc);
+    if (a <= (real)0) return sec_div<FAST>(a - disc, (real)2 * c, kmin, kmax);
+    return sec_div<FAST>((real)2 * b, a + disc, kmin, kmax);
+}
+template <bool FAST>
+__device__ __forceinline__ real root_right_t(real a, real b, real c, unsigned& kmin, unsigned& kmax) {
+    real disc = sqrt(fabs(a * a - (real)4 * b * c));
+    if (a >= (real)0) return sec_div<FAST>(a + disc, (real)2 * c, kmin, kmax);
+    return sec_div<FAST>((real)2 * b, a - disc, kmin, kmax);
+}
+__device__ __forceinline__ real root_between(real a, real b, real c) {
+    unsigned u0 = 0, u1 = 0;
+    return root_between_t<false>(a, b, c, u0, u1);
 }
 __device__ __forceinline__ real root_right(real a, real b, real c) {
-    real disc = sqrt(fabs(a * a - (real)4 * b * c));
-    if (a >= (real)0) return (a + disc) / ((real)2 * c);
-    return (real)2 * b / (a - disc);
+    unsigned u0 = 0, u1 = 0;
+    return root_right_t<false>(a, b, c, u0, u1);
 }
 
 __device__ void two_poles(int i, const real* d, const real* z, real rho, int* origin, real* tau) {
@@ -564,14 +686,17 @@ struct Evaluation {
 
 // f at lambda = d[origin] + tau with the derivative groups of model_root; one division
 // per pole (the reciprocal of d_j - lambda).
-__device__ EVAL_INLINE Evaluation sec_evaluate(const real* d, const real* z, int k, real rhoinv, int origin, int a, real tau) {
+template <bool FAST>
+__device__ DC_SEC_INLINE Evaluation sec_evaluate_t(const real* d, const real* z, int k, real rhoinv, int origin, int a,
+                                                     real tau, bool* in_range) {
+    unsigned kmin = DC_RCP_KEY_LO, kmax = 0;
     real f = rhoinv, d_left = 0, d2_left = 0, d_a = 0, d_b = 0, d_right = 0, d2_right = 0, abs_sum = 0;
     real delta_a = 0, delta_b = 0;
     const real d_origin = d[origin];
     UNROLL_SEC
     for (int j = 0; j < k; ++j) {
         const real dj = (d[j] - d_origin) - tau;
-        const real inv = (real)1 / dj;
+        const real inv = sec_rcp<FAST>(dj, kmin, kmax);
         const real zj = z[j];
         const real t = zj * inv;
         const real term = zj * t;
@@ -604,7 +729,26 @@ __device__ EVAL_INLINE Evaluation sec_evaluate(const real* d, const real* z, int
     ev.delta_a = delta_a;
     ev.delta_b = delta_b;
     ev.err = (real)8 * (abs_sum + rhoinv) + fabs(tau) * (((d_left + d_a) + d_b) + d_right);
+    if (FAST) *in_range = rcp_keys_ok(kmin, kmax);
     return ev;
+}
+
+// The evaluation with true divisions (out of line: taken only when a distance d_j - lambda
+// lies outside the range of rcp_rn_fast).
+__device__ __noinline__ Evaluation sec_evaluate_exact(const real* d, const real* z, int k, real rhoinv, int origin, int a,
+                                                      real tau) {
+    return sec_evaluate_t<false>(d, z, k, rhoinv, origin, a, tau, nullptr);
+}
+
+__device__ EVAL_INLINE Evaluation sec_evaluate(const real* d, const real* z, int k, real rhoinv, int origin, int a, real tau) {
+#if DC_FAST_RCP
+    bool ok = true;
+    Evaluation ev = sec_evaluate_t<true>(d, z, k, rhoinv, origin, a, tau, &ok);
+    if (!ok) ev = sec_evaluate_exact(d, z, k, rhoinv, origin, a, tau);
+    return ev;
+#else
+    return sec_evaluate_t<false>(d, z, k, rhoinv, origin, a, tau, nullptr);
+#endif
 }
 
 __device__ __forceinline__ real bisect(real lo, real hi) {
@@ -615,18 +759,24 @@ __device__ __forceinline__ real bisect(real lo, real hi) {
 }
 
 // Returns false when the model has no root right of the poles (last root, c <= 0).
-__device__ __forceinline__ bool two_pole_root(real c, real pa, real s, real pb, real sb, bool last, real* out) {
+template <bool FAST>
+__device__ __forceinline__ bool two_pole_root_t(real c, real pa, real s, real pb, real sb, bool last, real* out,
+                                                unsigned& kmin, unsigned& kmax) {
     real a = c * (pa + pb) + s + sb;
     real b = c * pa * pb + s * pb + sb * pa;
     if (!last) {
-        *out = root_between(a, b, c);
+        *out = root_between_t<FAST>(a, b, c, kmin, kmax);
         return true;
     }
     if (c > (real)0) {
-        *out = root_right(a, b, c);
+        *out = root_right_t<FAST>(a, b, c, kmin, kmax);
         return true;
     }
     return false;
+}
+__device__ __forceinline__ bool two_pole_root(real c, real pa, real s, real pb, real sb, bool last, real* out) {
+    unsigned u0 = 0, u1 = 0;
+    return two_pole_root_t<false>(c, pa, s, pb, sb, last, out, u0, u1);
 }
 
 __device__ real middle_way_root(const Evaluation& ev, const real* d, int origin, int a, bool last, real tau) {
@@ -642,8 +792,10 @@ __device__ real middle_way_root(const Evaluation& ev, const real* d, int origin,
 }
 
 // Fixed slots: 0 left remainder, 1 pole a, 2 pole a+1, 3 right remainder (present[]).
-__device__ real model_root(const Evaluation& ev, const real* d, const real* z, int origin, int a, bool last, real tau,
-                           real hi_outer) {
+template <bool FAST>
+__device__ DC_SEC_INLINE real model_root_t(const Evaluation& ev, const real* d, const real* z, int origin, int a,
+                                             bool last, real tau, real hi_outer, bool* in_range) {
+    unsigned kmin = DC_RCP_KEY_LO, kmax = 0, dmin = DC_DIV_KEY_LO, dmax = 0;
     real pos[4], weights[4], dist[4];
     bool present[4];
     real p_left = ev.d_left / ev.d2_left;
@@ -682,7 +834,7 @@ __device__ real model_root(const Evaluation& ev, const real* d, const real* z, i
 #pragma unroll
         for (int l = 0; l < 4; ++l) {
             if (present[l]) {
-                real inv = (real)1 / (pos[l] - t);
+                real inv = sec_rcp<FAST>(pos[l] - t, kmin, kmax);
                 real r = weights[l] * inv;
                 g += r;
                 g_abs += fabs(r);
@@ -698,7 +850,9 @@ __device__ real model_root(const Evaluation& ev, const real* d, const real* z, i
         real q = pos[2] - t;
         real cm = g - p * dpsi - q * dphi;
         real next;
-        if (!two_pole_root(cm, pos[1], dpsi * p * p, pos[2], dphi * q * q, last, &next)) next = t - g / dg;
+        if (!two_pole_root_t<FAST && DC_FAST_MDIV>(cm, pos[1], dpsi * p * p, pos[2], dphi * q * q, last, &next, dmin,
+                                                   dmax))
+            next = t - g / dg;
         if (!finite(next) || g * (next - t) > (real)0) next = t - g / dg;
         if (next == t) break;
         if (!(next > lo && next < hi)) next = bisect(lo, hi);
@@ -706,7 +860,42 @@ __device__ real model_root(const Evaluation& ev, const real* d, const real* z, i
         t = next;
         if (done) break;
     }
+    if (FAST) *in_range = rcp_keys_ok(kmin, kmax) && div_keys_ok(dmin, dmax);
     return t;
+}
+
+// The model solve with true divisions (out of line). The evaluation comes as the fields
+// that model_root_t reads, so that the caller's evaluation can stay in registers.
+__device__ __noinline__ real model_root_exact(real f, real d_left, real d2_left, real d_right, real d2_right,
+                                              real delta_a, real delta_b, const real* d, const real* z, int origin,
+                                              int a, bool last, real tau, real hi_outer) {
+    Evaluation ev;
+    ev.f = f;
+    ev.d_left = d_left;
+    ev.d2_left = d2_left;
+    ev.d_right = d_right;
+    ev.d2_right = d2_right;
+    ev.delta_a = delta_a;
+    ev.delta_b = delta_b;
+    ev.d_a = 0;
+    ev.d_b = 0;
+    ev.err = 0;
+    return model_root_t<false>(ev, d, z, origin, a, last, tau, hi_outer, nullptr);
+}
+
+// Root of the rational model (see model_root_t); the model's reciprocals as in sec_evaluate.
+__device__ __forceinline__ real model_root(const Evaluation& ev, const real* d, const real* z, int origin, int a,
+                                           bool last, real tau, real hi_outer) {
+#if DC_FAST_RCP
+    bool ok = true;
+    real t = model_root_t<true>(ev, d, z, origin, a, last, tau, hi_outer, &ok);
+    if (!ok)
+        t = model_root_exact(ev.f, ev.d_left, ev.d2_left, ev.d_right, ev.d2_right, ev.delta_a, ev.delta_b, d, z, origin,
+                             a, last, tau, hi_outer);
+    return t;
+#else
+    return model_root_t<false>(ev, d, z, origin, a, last, tau, hi_outer, nullptr);
+#endif
 }
 
 // Root i of 1/rho + sum_j z_j^2/(d_j - lambda) = 0 as (origin, tau); false if not converged.
@@ -726,6 +915,89 @@ __device__ bool secular_root(int i, const real* d, const real* z, int k, real rh
     const real rhoinv = (real)1 / rho;
     int origin;
     real tau, lo, hi;
+#if DC_ONE_EVAL
+    // The first pass evaluates f at the midpoint (of (d_{k-1}, d_{k-1} + rho z^T z] for the
+    // last root), whose sign halves the bracket and picks the origin; every later pass at
+    // the step's tau. One copy of the pole loop.
+    real gap = 0, mid, ub = 0;
+    if (!last) {
+        gap = d[i + 1] - d[i];
+        mid = gap / two;
+        origin = i;
+    } else {
+        real znorm2 = 0;
+        ROLL_COLD
+        for (int j = 0; j < k; ++j) znorm2 += z[j] * z[j];
+        ub = rho * znorm2;
+        mid = ub / two;
+        origin = k - 1;
+    }
+    tau = mid;
+    lo = 0;
+    hi = 0;
+    const real half = 0.5;
+    real f_lo = real_nan(), f_hi = real_nan();
+    for (int iteration = 0; iteration <= SECULAR_MAX_ITERATIONS; ++iteration) {
+        const Evaluation ev = sec_evaluate(d, z, k, rhoinv, origin, a, tau);
+        if (iteration == 0) {
+            if (!last) {
+                if (ev.f >= (real)0) {
+                    real right = 0;
+                    ROLL_COLD
+                    for (int j = i + 1; j < k; ++j) right += z[j] * z[j];
+                    hi = mid;
+                    lo = z[i] * z[i] / (two * (rhoinv + two * right / gap));
+                } else {
+                    real left = 0;
+                    ROLL_COLD
+                    for (int j = 0; j <= i; ++j) left += z[j] * z[j];
+                    origin = i + 1;
+                    tau = mid - gap;
+                    lo = tau;
+                    hi = -(z[i + 1] * z[i + 1] * gap / (four * left));
+                }
+            } else if (ev.f <= (real)0) {
+                lo = mid;
+                hi = ub;
+            } else {
+                lo = rho * z[k - 1] * z[k - 1] / two;
+                hi = mid;
+            }
+            if (!(lo < hi)) {
+                if (origin == i + 1 && !last) hi = 0;
+                else lo = 0;
+            }
+        }
+        real f = ev.f;
+        if (fabs(f) <= REAL_EPS * ev.err) {
+            *origin_out = origin;
+            *tau_out = tau;
+            return true;
+        }
+        if (iteration == SECULAR_MAX_ITERATIONS) break;
+        bool stalled;
+        if (f < (real)0) {
+            stalled = fabs(f) > half * fabs(f_lo);
+            lo = tau;
+            f_lo = f;
+        } else {
+            stalled = fabs(f) > half * fabs(f_hi);
+            hi = tau;
+            f_hi = f;
+        }
+        real next = stalled ? bisect(lo, hi) : model_root(ev, d, z, origin, a, last, tau, hi);
+        if (!stalled && (next == tau || !(next > lo && next < hi))) {
+            next = middle_way_root(ev, d, origin, a, last, tau);
+            if (next != tau && !(next > lo && next < hi)) next = bisect(lo, hi);
+        }
+        if (next == tau) {
+            *origin_out = origin;
+            *tau_out = tau;
+            return true;
+        }
+        tau = next;
+    }
+#else
     Evaluation ev;
     if (!last) {
         real gap = d[i + 1] - d[i];
@@ -802,6 +1074,7 @@ __device__ bool secular_root(int i, const real* d, const real* z, int k, real rh
         tau = next;
         ev = sec_evaluate(d, z, k, rhoinv, origin, a, tau);
     }
+#endif
     return false;
 }
 
@@ -1017,6 +1290,61 @@ __device__ void w_product_regs(Ws& ws, const bool (&act)[SLOTS], const int (&nf)
     }
 }
 #endif
+
+// Gu-Eisenstat product of lane l (see merge_level): prod over j != l of
+// delta_j / (d_j - d_l) times delta_l (in ascending j, as the CPU); *ok (FAST) false if a
+// division left the range.
+template <bool FAST>
+__device__ __forceinline__ real ge_product(const real* dkf, const int* sorg, const real* stau, int l, int k, real prod,
+                                           bool* ok) {
+    const real dl = dkf[l];
+    unsigned kmin = DC_DIV_KEY_LO, kmax = 0;
+#if DC_ROLL_COLD && !DC_UNROLL_GW
+#pragma unroll 1
+#else
+    UNROLL_GW
+#endif
+    for (int j = 0; j < k; ++j) {
+        // j = l contributes the factor 1 / 1 (exact): no branch in the loop.
+        const bool self = j == l;
+        const real delta = self ? (real)1 : (dl - dkf[sorg[j]]) - stau[j];
+        prod *= sec_div<FAST>(delta, self ? (real)1 : dl - dkf[j], kmin, kmax);
+    }
+    if (FAST) *ok = div_keys_ok(kmin, kmax);
+    return prod;
+}
+__device__ __noinline__ real ge_product_exact(const real* dkf, const int* sorg, const real* stau, int l, int k,
+                                              real prod) {
+    return ge_product<false>(dkf, sorg, stau, l, k, prod, nullptr);
+}
+
+// Column of W for root (dorg, tau): wc[l LD] = zh_l / (d_l - lambda), scaled by the largest
+// magnitude, normalised; *ok (FAST) false if a division left the range.
+template <bool FAST>
+__device__ __forceinline__ void w_column(real* wc, const real* dkf, const real* zh, int k, real dorg, real tau,
+                                         bool* ok) {
+    unsigned kmin = DC_DIV_KEY_LO, kmax = 0;
+    real vmax = 0;
+    UNROLL_GW
+    for (int l = 0; l < k; ++l) {
+        const real x = sec_div<FAST>(zh[l], (dkf[l] - dorg) - tau, kmin, kmax);
+        wc[l * LD] = x;
+        vmax = fmax(vmax, fabs(x));
+    }
+    real norm2 = 0;
+    UNROLL_GW
+    for (int l = 0; l < k; ++l) {
+        const real x = sec_div<FAST>(wc[l * LD], vmax, kmin, kmax);
+        wc[l * LD] = x;
+        norm2 += x * x;
+    }
+    const real inv = (real)1 / sqrt(norm2);
+    for (int l = 0; l < k; ++l) wc[l * LD] *= inv;
+    if (FAST) *ok = div_keys_ok(kmin, kmax);
+}
+__device__ __noinline__ void w_column_exact(real* wc, const real* dkf, const real* zh, int k, real dorg, real tau) {
+    w_column<false>(wc, dkf, zh, k, dorg, tau, nullptr);
+}
 
 // Merges every node of depth `depth` (length > 2) from its children (divide_conquer.rs
 // merge). bs, bsz: the unreduced block of each slot's row. False if a secular equation
@@ -1248,8 +1576,15 @@ __device__ bool merge_level(int depth, real* d, const real* e, Ws& ws, const int
         const int f = nf[s], l = i - f, k = kk[s];
         if (l >= k || k < 2) continue;
         const real* dkf = ws.dk + f;
+        const real prod0 = (dkf[l] - dkf[ws.sorg[i]]) - ws.stau[i];
+#if DC_FAST_DIV
+        bool ok = true;
+        real prod = ge_product<true>(dkf, ws.sorg + f, ws.stau + f, l, k, prod0, &ok);
+        if (!ok) prod = ge_product_exact(dkf, ws.sorg + f, ws.stau + f, l, k, prod0);
+#else
+        // (Round 5's loop, kept as it was: same operations as ge_product.)
         const real dl = dkf[l];
-        real prod = (dl - dkf[ws.sorg[i]]) - ws.stau[i];
+        real prod = prod0;
 #if DC_ROLL_COLD && !DC_UNROLL_GW
 #pragma unroll 1
 #else
@@ -1260,6 +1595,7 @@ __device__ bool merge_level(int depth, real* d, const real* e, Ws& ws, const int
             const real delta = (dl - dkf[ws.sorg[f + j]]) - ws.stau[f + j];
             prod *= delta / (dl - dkf[j]);
         }
+#endif
         ws.zh[i] = copysign(sqrt(-prod), ws.zk[i]);
     }
     __syncwarp();
@@ -1277,6 +1613,12 @@ __device__ bool merge_level(int depth, real* d, const real* e, Ws& ws, const int
             } else {
                 const real* dkf = ws.dk + f;
                 const real dorg = dkf[ws.sorg[i]], tau = ws.stau[i];
+#if DC_FAST_DIV
+                bool ok = true;
+                w_column<true>(wc, dkf, ws.zh + f, k, dorg, tau, &ok);
+                if (!ok) w_column_exact(wc, dkf, ws.zh + f, k, dorg, tau);
+#else
+                // (Round 5's loops, kept as they were: same operations as w_column.)
                 real vmax = 0;
                 UNROLL_GW
                 for (int l = 0; l < k; ++l) {
@@ -1293,6 +1635,7 @@ __device__ bool merge_level(int depth, real* d, const real* e, Ws& ws, const int
                 }
                 const real inv = (real)1 / sqrt(norm2);
                 for (int l = 0; l < k; ++l) wc[l * LD] *= inv;
+#endif
             }
         }
         const real v = ws.vals[i];

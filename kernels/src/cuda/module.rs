@@ -40,7 +40,7 @@ pub enum KernelFamily {
     HouseholderPcr,
     /// `divide_conquer_{f32,f64}` (Householder + divide and conquer + truncated solve,
     /// one warp per system) and the escalation kernels `ldlt_check`, `gather_systems`,
-    /// `pcr_check` (`cuda/stedc.cu` + `cuda/escalate.cu`).
+    /// `pcr_check` (`cuda/rcp.cu` + `cuda/stedc.cu` + `cuda/escalate.cu`).
     DivideConquer,
     /// Helpers with run-time `n`: `fill_spd`, `fill_nan`, `pointer_array`, `relative_residual`.
     Util,
@@ -69,7 +69,9 @@ impl KernelFamily {
             }
             KernelFamily::Util => source_file("util.cu", UTIL_CU),
             KernelFamily::DivideConquer => {
-                source_file("stedc.cu", STEDC_CU) + &source_file("escalate.cu", ESCALATE_CU)
+                source_file("rcp.cu", RCP_CU)
+                    + &source_file("stedc.cu", STEDC_CU)
+                    + &source_file("escalate.cu", ESCALATE_CU)
             }
         }
     }
