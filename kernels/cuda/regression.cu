@@ -98,6 +98,30 @@ __device__ __forceinline__ void copy_async_commit() {
 #endif
 }
 
+// The warp's asynchronous copy of ne doubles from s (global) to dst (shared): 16-byte
+// pieces where vec (both 16-byte aligned), a full chunk (ne == FULL) unrolled with
+// immediate offsets, 8-byte pieces otherwise. Every lane of the warp calls it.
+template <int FULL>
+__device__ __forceinline__ void warp_copy_async(double* dst, const double* s, int ne, bool full,
+                                                bool vec, int lane) {
+    if (vec && full) {
+#if __CUDA_ARCH__ >= 800
+        const unsigned dl = (unsigned)__cvta_generic_to_shared(dst + 2 * lane);
+        const unsigned long long gl = (unsigned long long)__cvta_generic_to_global(s + 2 * lane);
+#pragma unroll
+        for (int i = 0; i < (FULL / 2 + 31) / 32; ++i)
+            if (2 * (lane + 32 * i) < FULL) copy_async16_raw(dl + 512 * i, gl + 512 * i);
+#else
+        for (int r = 2 * lane; r < FULL; r += 64) copy_async16(dst + r, s + r);
+#endif
+    } else if (vec) {
+        for (int r = 2 * lane; r + 1 < ne; r += 64) copy_async16(dst + r, s + r);
+        if ((ne & 1) && lane == 0) copy_async8(dst + ne - 1, s + ne - 1);
+    } else {
+        for (int r = lane; r < ne; r += 32) copy_async8(dst + r, s + r);
+    }
+}
+
 #define PREP_WARPS ((G * P + 31) / 32)
 #define TILE_WARPS ((G * NT + 31) / 32)
 #define GROUPS_PER_WARP (32 / P)
@@ -248,24 +272,7 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
             const int ne = np * D;
             const double* s = sl + (long long)p0 * D;
             double* dst = raw + sb * (TC_CHUNK * D);
-            if (vec && np == TC_CHUNK) {
-#if __CUDA_ARCH__ >= 800
-                const unsigned dl = (unsigned)__cvta_generic_to_shared(dst + 2 * lane);
-                const unsigned long long gl =
-                    (unsigned long long)__cvta_generic_to_global(s + 2 * lane);
-#pragma unroll
-                for (int i = 0; i < (TC_CHUNK * D / 2 + 31) / 32; ++i)
-                    if (2 * (lane + 32 * i) < TC_CHUNK * D)
-                        copy_async16_raw(dl + 512 * i, gl + 512 * i);
-#else
-                for (int r = 2 * lane; r < TC_CHUNK * D; r += 64) copy_async16(dst + r, s + r);
-#endif
-            } else if (vec) {
-                for (int r = 2 * lane; r + 1 < ne; r += 64) copy_async16(dst + r, s + r);
-                if ((ne & 1) && lane == 0) copy_async8(dst + ne - 1, s + ne - 1);
-            } else {
-                for (int r = lane; r < ne; r += 32) copy_async8(dst + r, s + r);
-            }
+            warp_copy_async<TC_CHUNK * D>(dst, s, ne, np == TC_CHUNK, vec, lane);
             if (lane < np) copy_async8(yraw + sb * TC_CHUNK + lane, yl + p0 + lane);
         }
         copy_async_commit();
@@ -420,24 +427,7 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
                     if (gg >= G || l0 + gg >= batch) break;
                     const double* s = states + (l0 + gg) * path_stride + (long long)p0 * D;
                     double* dst = raw + (sb * G + gg) * (P * D);
-                    if (vec && np == P) {
-#if __CUDA_ARCH__ >= 800
-                        const unsigned dl = (unsigned)__cvta_generic_to_shared(dst + 2 * lane);
-                        const unsigned long long sl =
-                            (unsigned long long)__cvta_generic_to_global(s + 2 * lane);
-#pragma unroll
-                        for (int i = 0; i < (P * D / 2 + 31) / 32; ++i)
-                            if (2 * (lane + 32 * i) < P * D)
-                                copy_async16_raw(dl + 512 * i, sl + 512 * i);
-#else
-                        for (int r = 2 * lane; r < P * D; r += 64) copy_async16(dst + r, s + r);
-#endif
-                    } else if (vec) {
-                        for (int r = 2 * lane; r + 1 < ne; r += 64) copy_async16(dst + r, s + r);
-                        if ((ne & 1) && lane == 0) copy_async8(dst + ne - 1, s + ne - 1);
-                    } else {
-                        for (int r = lane; r < ne; r += 32) copy_async8(dst + r, s + r);
-                    }
+                    warp_copy_async<P * D>(dst, s, ne, np == P, vec, lane);
                 }
                 if (g < G && l0 + g < batch && p < np)
                     copy_async8(yraw + (sb * G + g) * P + p, y + (l0 + g) * m + p0 + p);

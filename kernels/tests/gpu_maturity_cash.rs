@@ -8,25 +8,13 @@
 //! with `--include-ignored` on the GPU machine. Outputs are poisoned (NaN, 0xffffffff)
 //! before each launch.
 
+mod common;
+use common::stream;
 use cudarc::driver::{CudaSlice, CudaStream};
 use cva_kernels::cuda::paths::{GpuPaths, MarketSteps, MaturityCash};
-use cva_kernels::cuda::probe;
 use cva_kernels::cuda::regression::{GpuOptionKind, GpuPayoff, GpuUnderlying};
 use cva_kernels::families::SplitMix64;
 use std::sync::Arc;
-
-fn stream() -> Option<Arc<CudaStream>> {
-    match probe() {
-        Ok(_) => {
-            let ctx = cudarc::driver::CudaContext::new(0).expect("CUDA context");
-            Some(ctx.default_stream())
-        }
-        Err(e) => {
-            eprintln!("skipping: {e}");
-            None
-        }
-    }
-}
 
 /// The payoff of prices `s`, written out here as `engine_payoff` (engine.cu) forms it.
 fn payoff_of(p: &GpuPayoff, s: &[f64]) -> f64 {

@@ -7,13 +7,15 @@
 //! --nocapture` (the measured differences are printed). Outputs are poisoned (NaN,
 //! 0xffffffff) before each kernel so unwritten entries show.
 
+mod common;
+use common::stream;
 use cudarc::driver::{CudaSlice, CudaStream};
 use cva_kernels::cuda::paths::{GpuPaths, MarketSteps, OUTER_STREAM};
 use cva_kernels::cuda::regression::{
     BasisTables, GpuOptionKind, GpuPayoff, GpuRegression, GpuUnderlying, RegressionConfig,
     RegressionSpec,
 };
-use cva_kernels::cuda::{probe, GpuReal};
+use cva_kernels::cuda::GpuReal;
 use cva_kernels::families::SplitMix64;
 use std::sync::Arc;
 
@@ -187,19 +189,6 @@ fn compare(gpu: &[f64], cpu: &[f64]) -> (f64, u64) {
         }
     }
     (rel, ulps)
-}
-
-fn stream() -> Option<Arc<CudaStream>> {
-    match probe() {
-        Ok(_) => {
-            let ctx = cudarc::driver::CudaContext::new(0).expect("CUDA context");
-            Some(ctx.default_stream())
-        }
-        Err(e) => {
-            eprintln!("skipping: {e}");
-            None
-        }
-    }
 }
 
 #[test]
