@@ -77,6 +77,26 @@ __device__ __forceinline__ real hh_add_mul(real acc, real p, real q) {
 #else
 #define HH_BUFS 2
 #endif
+// HH_ROLL L > 0: the tridiagonalization runs as rolled loops (runtime step i) over phases
+// of L steps; phase B (steps B..B+L-1) is compiled once, its per-row loops unrolled over
+// the columns k >= B + 1 of the register rows (columns B+1..i multiplied by the zeros
+// that v and w hold there), so the code holds ceil((n-1) / L) step bodies instead of
+// n - 1 (f64 n = 30 n* = 16: 11.9k -> 5.7k SASS lines, 186 -> 89 KB). Column i is read
+// from and v written into the register rows by selects over the L columns of the phase. Same arithmetic and order
+// as the unrolled steps (the extra terms are exact zeros), up to the sign of zeros.
+// 0: every step unrolled (straight-line code). Default: L = 8 for f64 n* = 16 with
+// 16 < n <= 32, together with the cap of 168 registers (12 warps/SM): f64 n = 30
+// 66.4 (n* = 32, unrolled) -> 76.1 M/s, n = 32 63.1 -> 68.7 (H100, batch 2^20,
+// benches/RESULTS.md round 9). Elsewhere the unrolled code was as fast or faster
+// (f64 n* = 32: 57.6 rolled against 66.4; f64 n = 16 and 48, f32 n = 30 n* = 16).
+#ifndef HH_ROLL
+#if REAL_F64 && NSTAR == 16 && N > 16 && N <= 32
+#define HH_ROLL 8
+#else
+#define HH_ROLL 0
+#endif
+#endif
+
 // HH_MAXREG: register cap per thread (`__maxnreg__`; 0: none). Warps per SM go by the
 // registers of one SM sub-partition (16,384, a warp stays on one): up to 255 registers
 // 8 warps/SM, 168 12, 128 16. The cap pays where it lifts 8 to 12 warps with few spills
@@ -84,7 +104,7 @@ __device__ __forceinline__ real hh_add_mul(real acc, real p, real q) {
 // n = 64: 6.4 -> 8.0) and f32 n* = 32 with n > 32 (n = 48: 28.9 M/s against 21.7 at
 // n* = 64). It does not at f64 n = 30 n* = 16 (192 B of spills: 61.5 against 63.5).
 #ifndef HH_MAXREG
-#if (REAL_F64 && NSTAR > 32) || (!REAL_F64 && NSTAR == 32 && N > 32)
+#if (REAL_F64 && NSTAR > 32) || (!REAL_F64 && NSTAR == 32 && N > 32) || (REAL_F64 && NSTAR == 16 && HH_ROLL > 0)
 #define HH_MAXREG 168
 #else
 #define HH_MAXREG 0
@@ -118,18 +138,6 @@ __device__ __forceinline__ void hh_group_sum1(real& a, real* scratch) {
     group_sum2(a, unused, scratch);
 #endif
 }
-
-// HH_ROLL L > 0: the tridiagonalization runs as rolled loops (runtime step i) over phases
-// of L steps; phase B (steps B..B+L-1) is compiled once, its per-row loops unrolled over
-// the columns k >= B + 1 of the register rows (columns B+1..i multiplied by the zeros
-// that v and w hold there), so the code holds ceil((n-1) / L) step bodies instead of
-// n - 1 (f64 n = 30: SASS TODO). Column i is read from and v written into the
-// register rows by selects over the L columns of the phase. Same arithmetic and order
-// as the unrolled steps (the extra terms are exact zeros), up to the sign of zeros.
-// 0: every step unrolled (straight-line code).
-#ifndef HH_ROLL
-#define HH_ROLL 0
-#endif
 
 // dlarfg: beta = -sign(alpha) ||(alpha, x)||, tau = (beta - alpha) / beta,
 // v = (1, x / (alpha - beta)) with scal = 1 / (alpha - beta); xs = ||x||^2. A column
