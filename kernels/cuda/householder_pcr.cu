@@ -85,12 +85,13 @@ __device__ __forceinline__ real hh_add_mul(real acc, real p, real q) {
 // from and v written into the register rows by selects over the L columns of the phase. Same arithmetic and order
 // as the unrolled steps (the extra terms are exact zeros), up to the sign of zeros.
 // 0: every step unrolled (straight-line code). Default: L = 8 for f64 n* = 16 with
-// 16 < n <= 32, together with the cap of 168 registers (12 warps/SM): f64 n = 30
-// 66.4 (n* = 32, unrolled) -> 76.1 M/s, n = 32 63.1 -> 68.7 (H100, batch 2^20,
-// benches/RESULTS.md round 9). Elsewhere the unrolled code was as fast or faster
-// (f64 n* = 32: 57.6 rolled against 66.4; f64 n = 16 and 48, f32 n = 30 n* = 16).
+// 30 <= n <= 32, together with the cap of 168 registers (12 warps/SM): f64 n = 30
+// 66.4 (n* = 32, unrolled) -> 76.0 M/s, n = 32 62.8 -> 68.7 (H100, batch 2^20,
+// benches/RESULTS.md round 9). Elsewhere the unrolled code was as fast or faster: f64
+// n = 20 167.4 unrolled against 127.4 rolled, n = 24 108.7 against 101.5 (its code
+// still fits), f64 n* = 32 at n = 30 (66.4 against 57.6), f64 n = 16 and 48, f32.
 #ifndef HH_ROLL
-#if REAL_F64 && NSTAR == 16 && N > 16 && N <= 32
+#if REAL_F64 && NSTAR == 16 && N >= 30 && N <= 32
 #define HH_ROLL 8
 #else
 #define HH_ROLL 0
