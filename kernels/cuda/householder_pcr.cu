@@ -77,6 +77,27 @@ __device__ __forceinline__ real hh_add_mul(real acc, real p, real q) {
 #else
 #define HH_BUFS 2
 #endif
+// HH_ROLL L > 0: the tridiagonalization runs as rolled loops (runtime step i) over phases
+// of L steps; phase B (steps B..B+L-1) is compiled once, its per-row loops unrolled over
+// the columns k >= B + 1 of the register rows (columns B+1..i multiplied by the zeros
+// that v and w hold there), so the code holds ceil((n-1) / L) step bodies instead of
+// n - 1 (f64 n = 30 n* = 16: 11.9k -> 5.7k SASS lines, 186 -> 89 KB). Column i is read
+// from and v written into the register rows by selects over the L columns of the phase. Same arithmetic and order
+// as the unrolled steps (the extra terms are exact zeros), up to the sign of zeros.
+// 0: every step unrolled (straight-line code). Default: L = 8 for f64 n* = 16 with
+// 30 <= n <= 32, together with the cap of 168 registers (12 warps/SM): f64 n = 30
+// 66.4 (n* = 32, unrolled) -> 76.0 M/s, n = 32 62.8 -> 68.7 (H100, batch 2^20,
+// benches/RESULTS.md round 9). Elsewhere the unrolled code was as fast or faster: f64
+// n = 20 167.4 unrolled against 127.4 rolled, n = 24 108.7 against 101.5 (its code
+// still fits), f64 n* = 32 at n = 30 (66.4 against 57.6), f64 n = 16 and 48, f32.
+#ifndef HH_ROLL
+#if REAL_F64 && NSTAR == 16 && N >= 30 && N <= 32
+#define HH_ROLL 8
+#else
+#define HH_ROLL 0
+#endif
+#endif
+
 // HH_MAXREG: register cap per thread (`__maxnreg__`; 0: none). Warps per SM go by the
 // registers of one SM sub-partition (16,384, a warp stays on one): up to 255 registers
 // 8 warps/SM, 168 12, 128 16. The cap pays where it lifts 8 to 12 warps with few spills
@@ -84,7 +105,7 @@ __device__ __forceinline__ real hh_add_mul(real acc, real p, real q) {
 // n = 64: 6.4 -> 8.0) and f32 n* = 32 with n > 32 (n = 48: 28.9 M/s against 21.7 at
 // n* = 64). It does not at f64 n = 30 n* = 16 (192 B of spills: 61.5 against 63.5).
 #ifndef HH_MAXREG
-#if (REAL_F64 && NSTAR > 32) || (!REAL_F64 && NSTAR == 32 && N > 32)
+#if (REAL_F64 && NSTAR > 32) || (!REAL_F64 && NSTAR == 32 && N > 32) || (REAL_F64 && NSTAR == 16 && HH_ROLL > 0)
 #define HH_MAXREG 168
 #else
 #define HH_MAXREG 0
@@ -118,6 +139,166 @@ __device__ __forceinline__ void hh_group_sum1(real& a, real* scratch) {
     group_sum2(a, unused, scratch);
 #endif
 }
+
+// dlarfg: beta = -sign(alpha) ||(alpha, x)||, tau = (beta - alpha) / beta,
+// v = (1, x / (alpha - beta)) with scal = 1 / (alpha - beta); xs = ||x||^2. A column
+// whose x underflows is skipped (tau = 0, beta = alpha).
+__device__ __forceinline__ void hh_dlarfg(real xs, real alpha, real& tau, real& beta, real& scal) {
+    tau = 0;
+    beta = alpha;
+    scal = 0;
+#if HH_RSQ
+    if (xs > (real)0) {
+        const real q = hh_add_mul(xs, alpha, alpha);
+        const real rs = hh_rsqrt(q);
+        beta = -copysign(q * rs, alpha);
+        tau = hh_add_mul((real)1, fabs(alpha), rs);
+        scal = copysign(rs * hh_rcp12(tau), alpha);
+    }
+#else
+#if HH_SQRT1
+    // sqrt(xs) >= REAL_MIN_POSITIVE for every xs > 0 (even the least subnormal).
+    if (xs > (real)0) {
+        beta = -copysign(sqrt(hh_add_mul(xs, alpha, alpha)), alpha);
+#else
+    const real xnorm = sqrt(xs);
+    if (xnorm >= REAL_MIN_POSITIVE) {
+        beta = -copysign(hypot(alpha, xnorm), alpha);
+#endif
+        tau = (beta - alpha) / beta;
+        scal = (real)1 / (alpha - beta);
+    }
+#endif
+}
+
+#if HH_ROLL > 0
+// One reflector step i (runtime, B <= i < B + HH_ROLL, i <= N - 2) of phase B.
+template <int B>
+__device__ __forceinline__ void hh_step(const int i, real (&a)[R][N], real (&b)[R], real* sv, real* sw, real* sd,
+                                        real* se, real* stau, const Group& g, real* red_scratch) {
+    constexpr int KE = (B + HH_ROLL < N - 1) ? B + HH_ROLL : N - 1;  // i in [B, KE)
+    real* v_sh = sv + (i & 1) * N;
+    real* w_sh = sw + (i & 1) * N;
+    // Column i of the rows r >= i (A(i, i) and the column below it).
+    real col[R];
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+        col[s] = 0;
+        if (row_max(s) >= B) {
+#pragma unroll
+            for (int k = B; k < KE; ++k)
+                if (k == i) col[s] = a[s][k];
+        }
+    }
+    real xs = 0, alpha = 0;
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+        int r = g.t + s * NSTAR;
+        if (row_max(s) >= B && g.t < NSTAR && r == i) sd[i] = col[s];
+        if (row_max(s) >= B + 1 && g.t < NSTAR && r < N) {
+            if (r >= i + 2) xs = hh_add_mul(xs, col[s], col[s]);
+#if NSTAR > 32
+            if (r == i + 1) alpha = col[s];
+#endif
+        }
+    }
+#if NSTAR > 32
+    group_sum2(xs, alpha, red_scratch);
+#else
+    real ca = col[0];
+#pragma unroll
+    for (int s = 1; s < R; ++s)
+        if (row_max(s) >= B + 1 && (i + 1) / NSTAR == s) ca = col[s];
+    alpha = __shfl_sync(0xffffffffu, ca, g.lane0 + (i + 1) % NSTAR);
+    hh_group_sum1(xs, red_scratch);
+#endif
+    real tau, beta, scal;
+    hh_dlarfg(xs, alpha, tau, beta, scal);
+    // v (0 on the rows r <= i) into column i and into v_sh.
+    real vr[R];
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+        int r = g.t + s * NSTAR;
+        vr[s] = 0;
+        if (row_max(s) >= B + 1 && g.t < NSTAR && r < N) {
+            if (r >= i + 1) vr[s] = (r == i + 1) ? (real)1 : col[s] * scal;
+            v_sh[r] = vr[s];
+        }
+        // Selects, not a branch per column (rows without a reflector entry take 0 there:
+        // their column i is dead).
+        if (row_max(s) >= B + 1) {
+#pragma unroll
+            for (int k = B; k < KE; ++k) a[s][k] = (k == i) ? vr[s] : a[s][k];
+        }
+    }
+    if (g.t == 0) {
+        se[i] = beta;
+        stau[i] = tau;
+    }
+    group_sync();
+    // p = tau A22 v; v_k = 0 for k <= i, so the sum over k >= B + 1 is the sum over k >= i + 1.
+    real p[R], p2[R];
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+        p[s] = 0;
+        p2[s] = 0;
+    }
+#pragma unroll
+    for (int k = B + 1; k < N; ++k) {
+        const real vk = v_sh[k];
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            if (row_max(s) >= B + 1) {
+                // Partial sums by the parity of k: the unrolled kernel's by that of k - i,
+                // the same two sets (swapped for odd i), each summed in ascending k.
+                if (k & 1) p[s] = hh_add_mul(p[s], a[s][k], vk);
+                else p2[s] = hh_add_mul(p2[s], a[s][k], vk);
+            }
+        }
+    }
+    real pv_loc = 0, vb_loc = 0;
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+        p[s] = tau * (p[s] + p2[s]);
+        pv_loc = hh_add_mul(pv_loc, p[s], vr[s]);
+        vb_loc = hh_add_mul(vb_loc, vr[s], b[s]);
+    }
+    group_sum2(pv_loc, vb_loc, red_scratch);
+    const real kk = (real)(-0.5) * tau * pv_loc;
+    const real tvb = tau * vb_loc;
+    real wr[R];
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+        int r = g.t + s * NSTAR;
+        wr[s] = (r >= i + 1) ? hh_add_mul(p[s], kk, vr[s]) : (real)0;
+        if (row_max(s) >= B + 1 && g.t < NSTAR && r < N) {
+            w_sh[r] = wr[s];
+            if (r >= i + 1) b[s] = hh_add_mul(b[s], -tvb, vr[s]);
+        }
+    }
+    group_sync();
+    // Rank-2 update; v_k = w_k = 0 for k <= i and v_r = w_r = 0 for r <= i leave those unchanged.
+#pragma unroll
+    for (int k = B + 1; k < N; ++k) {
+        const real vk = v_sh[k];
+        const real wk = w_sh[k];
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            if (row_max(s) >= B + 1) a[s][k] = hh_add_mul(hh_add_mul(a[s][k], -vr[s], wk), -wr[s], vk);
+        }
+    }
+}
+
+// Phases B, B + HH_ROLL, ... up to step N - 2, each a rolled loop over its steps.
+template <int B>
+__device__ __forceinline__ void hh_phases(real (&a)[R][N], real (&b)[R], real* sv, real* sw, real* sd, real* se,
+                                          real* stau, const Group& g, real* red_scratch) {
+    constexpr int E = (B + HH_ROLL < N - 1) ? B + HH_ROLL : N - 1;
+#pragma unroll 1
+    for (int i = B; i < E; ++i) hh_step<B>(i, a, b, sv, sw, sd, se, stau, g, red_scratch);
+    if constexpr (E < N - 1) hh_phases<E>(a, b, sv, sw, sd, se, stau, g, red_scratch);
+}
+#endif
 
 #if HH_MAXREG > 0
 extern "C" __global__ void __maxnreg__(HH_MAXREG)
@@ -206,6 +387,9 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
     }
 
     // Tridiagonalization.
+#if HH_ROLL > 0
+    if constexpr (N > 1) hh_phases<0>(a, b, sv, sw, sd, se, stau, g, red_scratch);
+#else
 #pragma unroll
     for (int i = 0; i + 1 < N; ++i) {
         real* v_sh = sv + (i & 1) * N;
@@ -228,31 +412,8 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
         alpha = group_bcast(a[(i + 1) / NSTAR][i], g, (i + 1) % NSTAR);
         hh_group_sum1(xs, red_scratch);
 #endif
-        // dlarfg: beta = -sign(alpha) ||(alpha, x)||, tau = (beta - alpha) / beta,
-        // v = (1, x / (alpha - beta)). A column whose x underflows is skipped (tau = 0).
-        real tau = 0, beta = alpha, scal = 0;
-#if HH_RSQ
-        if (xs > (real)0) {
-            const real q = hh_add_mul(xs, alpha, alpha);
-            const real rs = hh_rsqrt(q);
-            beta = -copysign(q * rs, alpha);
-            tau = hh_add_mul((real)1, fabs(alpha), rs);
-            scal = copysign(rs * hh_rcp12(tau), alpha);
-        }
-#else
-#if HH_SQRT1
-        // sqrt(xs) >= REAL_MIN_POSITIVE for every xs > 0 (even the least subnormal).
-        if (xs > (real)0) {
-            beta = -copysign(sqrt(hh_add_mul(xs, alpha, alpha)), alpha);
-#else
-        const real xnorm = sqrt(xs);
-        if (xnorm >= REAL_MIN_POSITIVE) {
-            beta = -copysign(hypot(alpha, xnorm), alpha);
-#endif
-            tau = (beta - alpha) / beta;
-            scal = (real)1 / (alpha - beta);
-        }
-#endif
+        real tau, beta, scal;
+        hh_dlarfg(xs, alpha, tau, beta, scal);
         real vr[R];
 #pragma unroll
         for (int s = 0; s < R; ++s) {
@@ -350,6 +511,7 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
         }
         if (g.t == i % NSTAR) sd[i] = a[i / NSTAR][i];
     }
+#endif
     if (g.t == (N - 1) % NSTAR) sd[N - 1] = a[(N - 1) / NSTAR][N - 1];
     group_sync();
 

@@ -45,16 +45,15 @@ pub fn householder_row_registers(n: usize, nstar: usize, elem_bytes: usize) -> u
 /// `n*` of the Householder + PCR kernel for size `n` (threads per system), measured
 /// like [`ldlt_hybrid_nstar`] over n* in {4, 8, 16, 32, 64} (configurations whose rows
 /// do not fit in registers excluded), last in round 8 of benches/RESULTS.md with one
-/// tile per block: f64 n = 16 n* = 4 (515 against 468 M/s at n* = 8), f64 n = 30 n* = 32
-/// (122 registers, 16 warps/SM: 66.8 against 63.5 at n* = 16), f32 n = 32 n* = 16
-/// (152 against 106 at n* = 8). Sizes between measured ones take the value of a
+/// tile per block: f64 n = 16 n* = 4 (515 against 468 M/s at n* = 8), f32 n = 32 n* = 16
+/// (152 against 106 at n* = 8); f64 30 <= n <= 32 n* = 16 with the rolled step loop of
+/// round 9 (`HH_ROLL`, 168 registers, 12 warps/SM: n = 30 76.0 against 66.4 unrolled at
+/// n* = 32 and 57.6 rolled at n* = 32). Sizes between measured ones take the value of a
 /// measured neighbour.
 pub fn householder_nstar(n: usize, f64: bool) -> usize {
     let nstar = match (n, f64) {
         (0..=16, true) => 4,
-        (17..=29, true) => 16,
-        (30..=31, true) => 32,
-        (32, true) => 16,
+        (17..=32, true) => 16,
         (_, true) => 64,
         (0..=16, false) => 4,
         (17..=32, false) => 16,
