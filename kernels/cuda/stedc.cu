@@ -76,7 +76,32 @@
 #endif
 // f64 16 < n <= 32: round 4's code shape (DC_ROUND4_SHAPE), whether or not W is in
 // registers: every round-5 shape change made f64 n = 30 slower there.
+#ifndef DC_ROUND4_SHAPE
 #define DC_ROUND4_SHAPE (REAL_F64 && N > 16 && N <= 32)
+#endif
+// Code-size switches (round 7; no arithmetic operation or its order depends on them):
+// DC_ZW_ONE: one zw_product instance (node length <= N) instead of one per power of two.
+// DC_ROLL_WARP: the butterfly loops of the warp reductions not unrolled.
+// DC_RES_JOINT: the residual check's seven warp maxima in one loop (not unrolled), its
+// row loop unrolled by 2 (not completely).
+#ifndef DC_ZW_ONE
+#define DC_ZW_ONE 0
+#endif
+#ifndef DC_ROLL_WARP
+#define DC_ROLL_WARP 0
+#endif
+#ifndef DC_RES_JOINT
+#define DC_RES_JOINT 0
+#endif
+// DC_ONE_BISECT (with DC_ONE_EVAL): the secular iteration's bisection step inlined once.
+#ifndef DC_ONE_BISECT
+#define DC_ONE_BISECT 0
+#endif
+#if DC_ROLL_WARP
+#define ROLL_WARP _Pragma("unroll 1")
+#else
+#define ROLL_WARP _Pragma("unroll")
+#endif
 // DC_ROLL_COLD: `#pragma unroll 1` on loops that run once per merge or per root (merge
 // positions, pole maximum, ranks, |z|^2 sums, the Gu-Eisenstat product), so that the
 // compiler's partial unrolling does not copy them (code size: the kernel's speed
@@ -286,22 +311,22 @@ constexpr int LD = (N % 2 == 0) ? N + 1 : N;
 __device__ __forceinline__ double dnan() { return __longlong_as_double(0x7ff8000000000000ULL); }
 
 __device__ __forceinline__ real warp_max(real v) {
-#pragma unroll
+ROLL_WARP
     for (int off = 16; off >= 1; off >>= 1) v = fmax(v, __shfl_xor_sync(FULL_MASK, v, off));
     return v;
 }
 __device__ __forceinline__ real warp_min(real v) {
-#pragma unroll
+ROLL_WARP
     for (int off = 16; off >= 1; off >>= 1) v = fmin(v, __shfl_xor_sync(FULL_MASK, v, off));
     return v;
 }
 __device__ __forceinline__ real warp_sum(real v) {
-#pragma unroll
+ROLL_WARP
     for (int off = 16; off >= 1; off >>= 1) v += __shfl_xor_sync(FULL_MASK, v, off);
     return v;
 }
 __device__ __forceinline__ int warp_max_int(int v) {
-#pragma unroll
+ROLL_WARP
     for (int off = 16; off >= 1; off >>= 1) v = max(v, __shfl_xor_sync(FULL_MASK, v, off));
     return v;
 }
@@ -368,6 +393,9 @@ __device__ Check residual_check_warp(const real* a, const real* b, const real* x
     for (int r = lane; r < N; r += 32) {
         const real sr = scale[r];
         real acc = 0, row = 0, srow = 0;
+#if DC_RES_JOINT
+#pragma unroll 2
+#endif
         for (int c = 0; c < N; ++c) {
             real arc = r >= c ? a[r + c * N] : a[c + r * N];
             const real sc = scale[c];
@@ -391,6 +419,18 @@ __device__ Check residual_check_warp(const real* a, const real* b, const real* x
         ch.growth = dnan();
         return ch;
     }
+#if DC_RES_JOINT
+#pragma unroll 1
+    for (int off = 16; off >= 1; off >>= 1) {
+        r_max = fmax(r_max, __shfl_xor_sync(FULL_MASK, r_max, off));
+        a_max = fmax(a_max, __shfl_xor_sync(FULL_MASK, a_max, off));
+        x_max = fmax(x_max, __shfl_xor_sync(FULL_MASK, x_max, off));
+        b_max = fmax(b_max, __shfl_xor_sync(FULL_MASK, b_max, off));
+        sa_max = fmax(sa_max, __shfl_xor_sync(FULL_MASK, sa_max, off));
+        sx_max = fmax(sx_max, __shfl_xor_sync(FULL_MASK, sx_max, off));
+        sb_max = fmax(sb_max, __shfl_xor_sync(FULL_MASK, sb_max, off));
+    }
+#else
     r_max = warp_max(r_max);
     a_max = warp_max(a_max);
     x_max = warp_max(x_max);
@@ -398,6 +438,7 @@ __device__ Check residual_check_warp(const real* a, const real* b, const real* x
     sa_max = warp_max(sa_max);
     sx_max = warp_max(sx_max);
     sb_max = warp_max(sb_max);
+#endif
     double ax = (double)a_max * (double)x_max;
     double den = ax + (double)b_max;
     ch.residual = den == 0.0 ? 0.0 : (double)r_max / den;
@@ -985,11 +1026,24 @@ __device__ bool secular_root(int i, const real* d, const real* z, int k, real rh
             hi = tau;
             f_hi = f;
         }
+#if DC_ONE_BISECT
+        real next = tau;
+        bool bis = stalled;
+        if (!stalled) {
+            next = model_root(ev, d, z, origin, a, last, tau, hi);
+            if (next == tau || !(next > lo && next < hi)) {
+                next = middle_way_root(ev, d, origin, a, last, tau);
+                bis = next != tau && !(next > lo && next < hi);
+            }
+        }
+        if (bis) next = bisect(lo, hi);
+#else
         real next = stalled ? bisect(lo, hi) : model_root(ev, d, z, origin, a, last, tau, hi);
         if (!stalled && (next == tau || !(next > lo && next < hi))) {
             next = middle_way_root(ev, d, origin, a, last, tau);
             if (next != tau && !(next > lo && next < hi)) next = bisect(lo, hi);
         }
+#endif
         if (next == tau) {
             *origin_out = origin;
             *tau_out = tau;
@@ -1662,6 +1716,8 @@ __device__ bool merge_level(int depth, real* d, const real* e, Ws& ws, const int
     else if (lmax <= 8) w_product_regs<(N < 8 ? N : 8)>(ws, act, nf, nl, kk, lmax, lane);
     else if (lmax <= 16) w_product_regs<(N < 16 ? N : 16)>(ws, act, nf, nl, kk, lmax, lane);
     else w_product_regs<N>(ws, act, nf, nl, kk, lmax, lane);
+#elif DC_ZW_ONE
+    zw_product<N>(ws, act, nf, nl, kk, lane);
 #else
     if (lmax <= 4) zw_product<(N < 4 ? N : 4)>(ws, act, nf, nl, kk, lane);
     else if (lmax <= 8) zw_product<(N < 8 ? N : 8)>(ws, act, nf, nl, kk, lane);
