@@ -93,6 +93,16 @@
 #ifndef DC_RES_JOINT
 #define DC_RES_JOINT 0
 #endif
+// DC_ROLL_ROWS: the once-per-system loops over a row of Z (sorting, copy, finiteness
+// check, truncated solve) unrolled by 2 instead of completely.
+#ifndef DC_ROLL_ROWS
+#define DC_ROLL_ROWS 0
+#endif
+#if DC_ROLL_ROWS
+#define ROLL_ROWS _Pragma("unroll 2")
+#else
+#define ROLL_ROWS
+#endif
 // DC_ONE_BISECT (with DC_ONE_EVAL): the secular iteration's bisection step inlined once.
 #ifndef DC_ONE_BISECT
 #define DC_ONE_BISECT 0
@@ -1895,6 +1905,7 @@ __device__ bool stedc(real* d, real* e, Ws& ws, int lane) {
                 } while (c != c0);
             }
 #else
+            ROLL_ROWS
             for (int c = 0; c < N; ++c) ws.w[i + ws.rnk[c] * LD] = z[i + c * LD];
 #endif
         }
@@ -1905,6 +1916,7 @@ __device__ bool stedc(real* d, real* e, Ws& ws, int lane) {
             if (i >= N) continue;
             d[i] = ws.vals[i];
 #if !DC_W_REGS
+            ROLL_ROWS
             for (int c = 0; c < N; ++c) z[i + c * LD] = ws.w[i + c * LD];
 #endif
         }
@@ -1916,6 +1928,7 @@ __device__ bool stedc(real* d, real* e, Ws& ws, int lane) {
         if (i >= N) continue;
         d[i] = scale_pow2(d[i], exponent);
         bad |= !finite(d[i]);
+        ROLL_ROWS
         for (int c = 0; c < N; ++c) bad |= !finite(z[i + c * LD]);
     }
     __syncwarp();
@@ -1944,6 +1957,7 @@ __device__ int truncated_eigen_solve(const real* lambda, const real* z, real* v,
                 drop = true;
             } else {
                 real acc = 0;
+                ROLL_ROWS
                 for (int r = 0; r < N; ++r) acc += z[r + i * LD] * v[r];
                 tmp[i] = acc / l;
             }
@@ -1957,6 +1971,7 @@ __device__ int truncated_eigen_solve(const real* lambda, const real* z, real* v,
         const int r = lane + 32 * s;
         out[s] = 0;
         if (r < N)
+            ROLL_ROWS
             for (int i = 0; i < N; ++i) out[s] += z[r + i * LD] * tmp[i];
     }
     __syncwarp();
