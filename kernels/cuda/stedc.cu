@@ -76,27 +76,33 @@
 #endif
 // f64 16 < n <= 32: round 4's code shape (DC_ROUND4_SHAPE), whether or not W is in
 // registers: every round-5 shape change made f64 n = 30 slower there.
+// Round 7: off by default (f64 16 < n <= 32 now runs the code of the other sizes, made
+// smaller by DC_SMALL_CODE below); 1 gives round 5's code there again.
 #ifndef DC_ROUND4_SHAPE
-#define DC_ROUND4_SHAPE (REAL_F64 && N > 16 && N <= 32)
+#define DC_ROUND4_SHAPE 0
 #endif
-// Code-size switches (round 7; no arithmetic operation or its order depends on them):
-// DC_ZW_ONE: one zw_product instance (node length <= N) instead of one per power of two.
+// Code-size switches (round 7; no arithmetic operation or its order depends on them), on
+// by default for f64 16 < n <= 32 (DC_SMALL_CODE), where the kernel's executed code was
+// at the size of the SM instruction cache (RESULTS.md rounds 6-7):
+// DC_ZW_ONE: one zw_product instance (node length <= N) instead of one per power of two
+// (at n = 30 every merge depth ran a different one, so all four ran per system).
 // DC_ROLL_WARP: the butterfly loops of the warp reductions not unrolled.
 // DC_RES_JOINT: the residual check's seven warp maxima in one loop (not unrolled), its
 // row loop unrolled by 2 (not completely).
+#define DC_SMALL_CODE (REAL_F64 && N > 16 && N <= 32)
 #ifndef DC_ZW_ONE
-#define DC_ZW_ONE 0
+#define DC_ZW_ONE DC_SMALL_CODE
 #endif
 #ifndef DC_ROLL_WARP
-#define DC_ROLL_WARP 0
+#define DC_ROLL_WARP DC_SMALL_CODE
 #endif
 #ifndef DC_RES_JOINT
-#define DC_RES_JOINT 0
+#define DC_RES_JOINT DC_SMALL_CODE
 #endif
 // DC_ROLL_ROWS: the once-per-system loops over a row of Z (sorting, copy, finiteness
 // check, truncated solve) unrolled by 2 instead of completely.
 #ifndef DC_ROLL_ROWS
-#define DC_ROLL_ROWS 0
+#define DC_ROLL_ROWS DC_SMALL_CODE
 #endif
 #if DC_ROLL_ROWS
 #define ROLL_ROWS _Pragma("unroll 2")
@@ -105,7 +111,7 @@
 #endif
 // DC_ONE_BISECT (with DC_ONE_EVAL): the secular iteration's bisection step inlined once.
 #ifndef DC_ONE_BISECT
-#define DC_ONE_BISECT 0
+#define DC_ONE_BISECT DC_SMALL_CODE
 #endif
 #if DC_ROLL_WARP
 #define ROLL_WARP _Pragma("unroll 1")
