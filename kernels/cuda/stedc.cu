@@ -74,10 +74,11 @@
 #ifndef DC_W_REGS
 #define DC_W_REGS 0
 #endif
-// f64 16 < n <= 32: round 4's code shape (DC_ROUND4_SHAPE), whether or not W is in
-// registers: every round-5 shape change made f64 n = 30 slower there.
-// Round 7: off by default (f64 16 < n <= 32 now runs the code of the other sizes, made
-// smaller by DC_SMALL_CODE below); 1 gives round 5's code there again.
+// DC_ROUND4_SHAPE (development switch, 0 by default since round 7): 1 gives f64
+// 16 < n <= 32 round 5's code again (round 4's loop shapes, no fast reciprocals or
+// divisions). That code was 6.8 M/s on the diagonally dominant family at f64 n = 30
+// but 2.6 / 2.8 on the paper / basket29 families, and slower than the default at n = 24
+// and 32 on both (RESULTS.md round 7).
 #ifndef DC_ROUND4_SHAPE
 #define DC_ROUND4_SHAPE 0
 #endif
@@ -125,10 +126,7 @@
 // DC_WREG_JB (DC_W_REGS only): the register-W product is instantiated for node lengths
 // <= 4, 8, 16, N (4), <= 8 and <= N (2) or <= N (1). DC_WCOL_LOCAL (DC_W_REGS only):
 // the W column's divisions in rolled loops through local memory.
-// Defaults: f32 and f64 outside 16 < n <= 32 rolled (faster there, round 5); f64
-// 16 < n <= 32 keeps round 4's code shape (DC_ROUND4_SHAPE): every round-5 shape change,
-// alone or together, made f64 n = 30 slower there (7.3 -> 3.4-4.3 M/s with W in
-// registers, RESULTS.md round 5), for a reason not yet established.
+// Defaults: rolled (round 5), except under DC_ROUND4_SHAPE.
 #ifndef DC_ROLL_COLD
 #define DC_ROLL_COLD (!DC_ROUND4_SHAPE)
 #endif
@@ -220,10 +218,10 @@
 // (f32). An evaluation (or model root) that met a value outside that range is redone
 // with true divisions, so the results are those of `/` bit for bit. Without the branch
 // to the slow path inside the pole loop, the reciprocals of consecutive poles overlap.
-// Off for f64 16 < n <= 32 (DC_ROUND4_SHAPE: there every code change so far, this one
-// included, made the kernel ~2x slower on the diagonally dominant family through
-// instruction-fetch stalls, RESULTS.md round 6), where all three switches below give
-// round 5's code.
+// Off under DC_ROUND4_SHAPE, where all three switches below give round 5's code. (With
+// round 5's other code at f64 16 < n <= 32, the fast reciprocals made the diagonally
+// dominant family ~1.6x slower through instruction-fetch stalls, RESULTS.md round 6;
+// round 7 made the code smaller there, DC_SMALL_CODE.)
 #ifndef DC_FAST_RCP
 #define DC_FAST_RCP (!DC_ROUND4_SHAPE)
 #endif
