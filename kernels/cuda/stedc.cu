@@ -74,9 +74,51 @@
 #ifndef DC_W_REGS
 #define DC_W_REGS 0
 #endif
-// f64 16 < n <= 32: round 4's code shape (DC_ROUND4_SHAPE), whether or not W is in
-// registers: every round-5 shape change made f64 n = 30 slower there.
-#define DC_ROUND4_SHAPE (REAL_F64 && N > 16 && N <= 32)
+// DC_ROUND4_SHAPE (development switch, 0 by default since round 7): 1 gives f64
+// 16 < n <= 32 round 5's code again (round 4's loop shapes, no fast reciprocals or
+// divisions). That code was 6.8 M/s on the diagonally dominant family at f64 n = 30
+// but 2.6 / 2.8 on the paper / basket29 families, and slower than the default at n = 24
+// and 32 on both (RESULTS.md round 7).
+#ifndef DC_ROUND4_SHAPE
+#define DC_ROUND4_SHAPE 0
+#endif
+// Code-size switches (round 7; no arithmetic operation or its order depends on them), on
+// by default for f64 16 < n <= 32 (DC_SMALL_CODE), where the kernel's executed code was
+// at the size of the SM instruction cache (RESULTS.md rounds 6-7):
+// DC_ZW_ONE: one zw_product instance (node length <= N) instead of one per power of two
+// (at n = 30 every merge depth ran a different one, so all four ran per system).
+// DC_ROLL_WARP: the butterfly loops of the warp reductions not unrolled.
+// DC_RES_JOINT: the residual check's seven warp maxima in one loop (not unrolled), its
+// row loop unrolled by 2 (not completely).
+#define DC_SMALL_CODE (REAL_F64 && N > 16 && N <= 32)
+#ifndef DC_ZW_ONE
+#define DC_ZW_ONE DC_SMALL_CODE
+#endif
+#ifndef DC_ROLL_WARP
+#define DC_ROLL_WARP DC_SMALL_CODE
+#endif
+#ifndef DC_RES_JOINT
+#define DC_RES_JOINT DC_SMALL_CODE
+#endif
+// DC_ROLL_ROWS: the once-per-system loops over a row of Z (sorting, copy, finiteness
+// check, truncated solve) unrolled by 2 instead of completely.
+#ifndef DC_ROLL_ROWS
+#define DC_ROLL_ROWS DC_SMALL_CODE
+#endif
+#if DC_ROLL_ROWS
+#define ROLL_ROWS _Pragma("unroll 2")
+#else
+#define ROLL_ROWS
+#endif
+// DC_ONE_BISECT (with DC_ONE_EVAL): the secular iteration's bisection step inlined once.
+#ifndef DC_ONE_BISECT
+#define DC_ONE_BISECT DC_SMALL_CODE
+#endif
+#if DC_ROLL_WARP
+#define ROLL_WARP _Pragma("unroll 1")
+#else
+#define ROLL_WARP _Pragma("unroll")
+#endif
 // DC_ROLL_COLD: `#pragma unroll 1` on loops that run once per merge or per root (merge
 // positions, pole maximum, ranks, |z|^2 sums, the Gu-Eisenstat product), so that the
 // compiler's partial unrolling does not copy them (code size: the kernel's speed
@@ -84,10 +126,7 @@
 // DC_WREG_JB (DC_W_REGS only): the register-W product is instantiated for node lengths
 // <= 4, 8, 16, N (4), <= 8 and <= N (2) or <= N (1). DC_WCOL_LOCAL (DC_W_REGS only):
 // the W column's divisions in rolled loops through local memory.
-// Defaults: f32 and f64 outside 16 < n <= 32 rolled (faster there, round 5); f64
-// 16 < n <= 32 keeps round 4's code shape (DC_ROUND4_SHAPE): every round-5 shape change,
-// alone or together, made f64 n = 30 slower there (7.3 -> 3.4-4.3 M/s with W in
-// registers, RESULTS.md round 5), for a reason not yet established.
+// Defaults: rolled (round 5), except under DC_ROUND4_SHAPE.
 #ifndef DC_ROLL_COLD
 #define DC_ROLL_COLD (!DC_ROUND4_SHAPE)
 #endif
@@ -179,10 +218,10 @@
 // (f32). An evaluation (or model root) that met a value outside that range is redone
 // with true divisions, so the results are those of `/` bit for bit. Without the branch
 // to the slow path inside the pole loop, the reciprocals of consecutive poles overlap.
-// Off for f64 16 < n <= 32 (DC_ROUND4_SHAPE: there every code change so far, this one
-// included, made the kernel ~2x slower on the diagonally dominant family through
-// instruction-fetch stalls, RESULTS.md round 6), where all three switches below give
-// round 5's code.
+// Off under DC_ROUND4_SHAPE, where all three switches below give round 5's code. (With
+// round 5's other code at f64 16 < n <= 32, the fast reciprocals made the diagonally
+// dominant family ~1.6x slower through instruction-fetch stalls, RESULTS.md round 6;
+// round 7 made the code smaller there, DC_SMALL_CODE.)
 #ifndef DC_FAST_RCP
 #define DC_FAST_RCP (!DC_ROUND4_SHAPE)
 #endif
@@ -286,22 +325,22 @@ constexpr int LD = (N % 2 == 0) ? N + 1 : N;
 __device__ __forceinline__ double dnan() { return __longlong_as_double(0x7ff8000000000000ULL); }
 
 __device__ __forceinline__ real warp_max(real v) {
-#pragma unroll
+ROLL_WARP
     for (int off = 16; off >= 1; off >>= 1) v = fmax(v, __shfl_xor_sync(FULL_MASK, v, off));
     return v;
 }
 __device__ __forceinline__ real warp_min(real v) {
-#pragma unroll
+ROLL_WARP
     for (int off = 16; off >= 1; off >>= 1) v = fmin(v, __shfl_xor_sync(FULL_MASK, v, off));
     return v;
 }
 __device__ __forceinline__ real warp_sum(real v) {
-#pragma unroll
+ROLL_WARP
     for (int off = 16; off >= 1; off >>= 1) v += __shfl_xor_sync(FULL_MASK, v, off);
     return v;
 }
 __device__ __forceinline__ int warp_max_int(int v) {
-#pragma unroll
+ROLL_WARP
     for (int off = 16; off >= 1; off >>= 1) v = max(v, __shfl_xor_sync(FULL_MASK, v, off));
     return v;
 }
@@ -368,6 +407,9 @@ __device__ Check residual_check_warp(const real* a, const real* b, const real* x
     for (int r = lane; r < N; r += 32) {
         const real sr = scale[r];
         real acc = 0, row = 0, srow = 0;
+#if DC_RES_JOINT
+#pragma unroll 2
+#endif
         for (int c = 0; c < N; ++c) {
             real arc = r >= c ? a[r + c * N] : a[c + r * N];
             const real sc = scale[c];
@@ -391,6 +433,18 @@ __device__ Check residual_check_warp(const real* a, const real* b, const real* x
         ch.growth = dnan();
         return ch;
     }
+#if DC_RES_JOINT
+#pragma unroll 1
+    for (int off = 16; off >= 1; off >>= 1) {
+        r_max = fmax(r_max, __shfl_xor_sync(FULL_MASK, r_max, off));
+        a_max = fmax(a_max, __shfl_xor_sync(FULL_MASK, a_max, off));
+        x_max = fmax(x_max, __shfl_xor_sync(FULL_MASK, x_max, off));
+        b_max = fmax(b_max, __shfl_xor_sync(FULL_MASK, b_max, off));
+        sa_max = fmax(sa_max, __shfl_xor_sync(FULL_MASK, sa_max, off));
+        sx_max = fmax(sx_max, __shfl_xor_sync(FULL_MASK, sx_max, off));
+        sb_max = fmax(sb_max, __shfl_xor_sync(FULL_MASK, sb_max, off));
+    }
+#else
     r_max = warp_max(r_max);
     a_max = warp_max(a_max);
     x_max = warp_max(x_max);
@@ -398,6 +452,7 @@ __device__ Check residual_check_warp(const real* a, const real* b, const real* x
     sa_max = warp_max(sa_max);
     sx_max = warp_max(sx_max);
     sb_max = warp_max(sb_max);
+#endif
     double ax = (double)a_max * (double)x_max;
     double den = ax + (double)b_max;
     ch.residual = den == 0.0 ? 0.0 : (double)r_max / den;
@@ -985,11 +1040,24 @@ __device__ bool secular_root(int i, const real* d, const real* z, int k, real rh
             hi = tau;
             f_hi = f;
         }
+#if DC_ONE_BISECT
+        real next = tau;
+        bool bis = stalled;
+        if (!stalled) {
+            next = model_root(ev, d, z, origin, a, last, tau, hi);
+            if (next == tau || !(next > lo && next < hi)) {
+                next = middle_way_root(ev, d, origin, a, last, tau);
+                bis = next != tau && !(next > lo && next < hi);
+            }
+        }
+        if (bis) next = bisect(lo, hi);
+#else
         real next = stalled ? bisect(lo, hi) : model_root(ev, d, z, origin, a, last, tau, hi);
         if (!stalled && (next == tau || !(next > lo && next < hi))) {
             next = middle_way_root(ev, d, origin, a, last, tau);
             if (next != tau && !(next > lo && next < hi)) next = bisect(lo, hi);
         }
+#endif
         if (next == tau) {
             *origin_out = origin;
             *tau_out = tau;
@@ -1662,6 +1730,8 @@ __device__ bool merge_level(int depth, real* d, const real* e, Ws& ws, const int
     else if (lmax <= 8) w_product_regs<(N < 8 ? N : 8)>(ws, act, nf, nl, kk, lmax, lane);
     else if (lmax <= 16) w_product_regs<(N < 16 ? N : 16)>(ws, act, nf, nl, kk, lmax, lane);
     else w_product_regs<N>(ws, act, nf, nl, kk, lmax, lane);
+#elif DC_ZW_ONE
+    zw_product<N>(ws, act, nf, nl, kk, lane);
 #else
     if (lmax <= 4) zw_product<(N < 4 ? N : 4)>(ws, act, nf, nl, kk, lane);
     else if (lmax <= 8) zw_product<(N < 8 ? N : 8)>(ws, act, nf, nl, kk, lane);
@@ -1839,6 +1909,7 @@ __device__ bool stedc(real* d, real* e, Ws& ws, int lane) {
                 } while (c != c0);
             }
 #else
+            ROLL_ROWS
             for (int c = 0; c < N; ++c) ws.w[i + ws.rnk[c] * LD] = z[i + c * LD];
 #endif
         }
@@ -1849,6 +1920,7 @@ __device__ bool stedc(real* d, real* e, Ws& ws, int lane) {
             if (i >= N) continue;
             d[i] = ws.vals[i];
 #if !DC_W_REGS
+            ROLL_ROWS
             for (int c = 0; c < N; ++c) z[i + c * LD] = ws.w[i + c * LD];
 #endif
         }
@@ -1860,6 +1932,7 @@ __device__ bool stedc(real* d, real* e, Ws& ws, int lane) {
         if (i >= N) continue;
         d[i] = scale_pow2(d[i], exponent);
         bad |= !finite(d[i]);
+        ROLL_ROWS
         for (int c = 0; c < N; ++c) bad |= !finite(z[i + c * LD]);
     }
     __syncwarp();
@@ -1888,6 +1961,7 @@ __device__ int truncated_eigen_solve(const real* lambda, const real* z, real* v,
                 drop = true;
             } else {
                 real acc = 0;
+                ROLL_ROWS
                 for (int r = 0; r < N; ++r) acc += z[r + i * LD] * v[r];
                 tmp[i] = acc / l;
             }
@@ -1901,6 +1975,7 @@ __device__ int truncated_eigen_solve(const real* lambda, const real* z, real* v,
         const int r = lane + 32 * s;
         out[s] = 0;
         if (r < N)
+            ROLL_ROWS
             for (int i = 0; i < N; ++i) out[s] += z[r + i * LD] * tmp[i];
     }
     __syncwarp();
