@@ -98,6 +98,37 @@ __device__ __forceinline__ real hh_add_mul(real acc, real p, real q) {
 #endif
 #endif
 
+// HH_VSH 1 (with HH_ROLL > 0, one buffer): v_i goes into the packed column i of the
+// shared copy of A (rows i+1..n-1, v_{i+1} = 1) instead of into column i of the register
+// rows (no per-step selects to write it); x = Q z is a rolled loop that reads v from
+// there, and the original A is copied in again (cp.async, from L2 as a rule) for the
+// residual once x = Q z is done. Same arithmetic as the register column.
+// HH_COLSH 1 (with HH_ROLL > 0 and every phase inside one row slot, NSTAR a multiple of
+// HH_ROLL): column i is read through shared memory from row i (A symmetric) instead of by
+// selects over the phase's columns: the owner of row i stores A(i, k), k >= B, into sx
+// (free until the PCR), every thread loads its rows' entries, alpha = A(i, i+1) is read
+// there too (no local-memory pick of the row slot). The rank-2 update rounds A(r, k) and
+// A(k, r) differently, so row i and column i differ in the last bits: results differ
+// from the column-read kernel at rounding level.
+// HH_RES_UNROLL u > 0: the residual's column loop unrolled u times (0: fully; same sums
+// in the same order either way).
+// Default: off. Measured on the rolled kernel (f64 n* = 16, H100, batch 2^20,
+// benches/RESULTS.md "GPU Householder + PCR, round 10"): all three together f64 n = 32
+// 68.7-69.1 -> 72.4-72.9 M/s, but n = 30 76.5-76.6 -> 73.0 (each alone: n = 30 73.6-73.7),
+// though the step loops execute 28% fewer instructions; not understood, so not taken.
+#ifndef HH_VSH
+#define HH_VSH 0
+#endif
+#ifndef HH_COLSH
+#define HH_COLSH 0
+#endif
+#ifndef HH_RES_UNROLL
+#define HH_RES_UNROLL 0
+#endif
+#if HH_VSH && !(HH_ROLL > 0 && HH_SINGLE)
+#error "HH_VSH needs the rolled steps (HH_ROLL > 0) and one buffer (HH_SINGLE)"
+#endif
+
 // HH_MAXREG: register cap per thread (`__maxnreg__`; 0: none). Warps per SM go by the
 // registers of one SM sub-partition (16,384, a warp stays on one): up to 255 registers
 // 8 warps/SM, 168 12, 128 16. The cap pays where it lifts 8 to 12 warps with few spills
@@ -175,19 +206,36 @@ __device__ __forceinline__ void hh_dlarfg(real xs, real alpha, real& tau, real& 
 // One reflector step i (runtime, B <= i < B + HH_ROLL, i <= N - 2) of phase B.
 template <int B>
 __device__ __forceinline__ void hh_step(const int i, real (&a)[R][N], real (&b)[R], real* sv, real* sw, real* sd,
-                                        real* se, real* stau, const Group& g, real* red_scratch) {
+                                        real* se, real* stau, real* sA, real* sc, const Group& g,
+                                        real* red_scratch) {
     constexpr int KE = (B + HH_ROLL < N - 1) ? B + HH_ROLL : N - 1;  // i in [B, KE)
     real* v_sh = sv + (i & 1) * N;
     real* w_sh = sw + (i & 1) * N;
     // Column i of the rows r >= i (A(i, i) and the column below it).
     real col[R];
+    constexpr bool COLSH = HH_COLSH && B / NSTAR == (KE - 1) / NSTAR;
+    if constexpr (COLSH) {
+        // Row i (slot B / NSTAR of thread i mod NSTAR) through shared memory.
+        constexpr int SI = B / NSTAR;
+        if (g.t == i - SI * NSTAR) {
 #pragma unroll
-    for (int s = 0; s < R; ++s) {
-        col[s] = 0;
-        if (row_max(s) >= B) {
+            for (int k = B; k < N; ++k) sc[k] = a[SI][k];
+        }
+        group_sync();
 #pragma unroll
-            for (int k = B; k < KE; ++k)
-                if (k == i) col[s] = a[s][k];
+        for (int s = 0; s < R; ++s) {
+            int r = g.t + s * NSTAR;
+            col[s] = (row_max(s) >= B && g.t < NSTAR && r < N) ? sc[r] : (real)0;
+        }
+    } else {
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            col[s] = 0;
+            if (row_max(s) >= B) {
+#pragma unroll
+                for (int k = B; k < KE; ++k)
+                    if (k == i) col[s] = a[s][k];
+            }
         }
     }
     real xs = 0, alpha = 0;
@@ -205,11 +253,15 @@ __device__ __forceinline__ void hh_step(const int i, real (&a)[R][N], real (&b)[
 #if NSTAR > 32
     group_sum2(xs, alpha, red_scratch);
 #else
-    real ca = col[0];
+    if constexpr (COLSH) {
+        alpha = sc[i + 1];  // A(i, i+1) = A(i+1, i), from row i
+    } else {
+        real ca = col[0];
 #pragma unroll
-    for (int s = 1; s < R; ++s)
-        if (row_max(s) >= B + 1 && (i + 1) / NSTAR == s) ca = col[s];
-    alpha = __shfl_sync(0xffffffffu, ca, g.lane0 + (i + 1) % NSTAR);
+        for (int s = 1; s < R; ++s)
+            if (row_max(s) >= B + 1 && (i + 1) / NSTAR == s) ca = col[s];
+        alpha = __shfl_sync(0xffffffffu, ca, g.lane0 + (i + 1) % NSTAR);
+    }
     hh_group_sum1(xs, red_scratch);
 #endif
     real tau, beta, scal;
@@ -223,13 +275,18 @@ __device__ __forceinline__ void hh_step(const int i, real (&a)[R][N], real (&b)[
         if (row_max(s) >= B + 1 && g.t < NSTAR && r < N) {
             if (r >= i + 1) vr[s] = (r == i + 1) ? (real)1 : col[s] * scal;
             v_sh[r] = vr[s];
+#if HH_VSH
+            if (r >= i + 1) sA[packed_col(i) + r - i] = vr[s];
+#endif
         }
+#if !HH_VSH
         // Selects, not a branch per column (rows without a reflector entry take 0 there:
         // their column i is dead).
         if (row_max(s) >= B + 1) {
 #pragma unroll
             for (int k = B; k < KE; ++k) a[s][k] = (k == i) ? vr[s] : a[s][k];
         }
+#endif
     }
     if (g.t == 0) {
         se[i] = beta;
@@ -292,11 +349,46 @@ __device__ __forceinline__ void hh_step(const int i, real (&a)[R][N], real (&b)[
 // Phases B, B + HH_ROLL, ... up to step N - 2, each a rolled loop over its steps.
 template <int B>
 __device__ __forceinline__ void hh_phases(real (&a)[R][N], real (&b)[R], real* sv, real* sw, real* sd, real* se,
-                                          real* stau, const Group& g, real* red_scratch) {
+                                          real* stau, real* sA, real* sc, const Group& g, real* red_scratch) {
     constexpr int E = (B + HH_ROLL < N - 1) ? B + HH_ROLL : N - 1;
 #pragma unroll 1
-    for (int i = B; i < E; ++i) hh_step<B>(i, a, b, sv, sw, sd, se, stau, g, red_scratch);
-    if constexpr (E < N - 1) hh_phases<E>(a, b, sv, sw, sd, se, stau, g, red_scratch);
+    for (int i = B; i < E; ++i) hh_step<B>(i, a, b, sv, sw, sd, se, stau, sA, sc, g, red_scratch);
+    if constexpr (E < N - 1) hh_phases<E>(a, b, sv, sw, sd, se, stau, sA, sc, g, red_scratch);
+}
+#endif
+
+#if HH_RES_UNROLL > 0
+// group_residual (common.cu) with its column loop unrolled HH_RES_UNROLL times instead of
+// fully: the same sums in the same order.
+__device__ __forceinline__ double hh_residual(const real* sA, const real* sx, const real* b, const real* x,
+                                              const Group& g, real* scratch, int* iscratch) {
+    real r_max = 0, a_max = 0, x_max = 0, b_max = 0;
+    bool nan_row = false;
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+        int i = g.t + s * NSTAR;
+        if (g.t < NSTAR && i < N) {
+            real acc = 0, row = 0;
+            int oi = packed_col(i);
+#pragma unroll HH_RES_UNROLL
+            for (int c = 0; c < N; ++c) {
+                real aic = (i >= c) ? sA[packed_col(c) + i - c] : sA[oi + c - i];
+                acc += aic * sx[c];
+                row += fabs(aic);
+            }
+            real ri = fabs(b[s] - acc);
+            if (isnan(ri) || !finite(x[s])) nan_row = true;
+            r_max = fmax(r_max, ri);
+            a_max = fmax(a_max, row);
+            x_max = fmax(x_max, fabs(x[s]));
+            b_max = fmax(b_max, fabs(b[s]));
+        }
+    }
+    bool any_nan = group_any(nan_row, g, iscratch);
+    group_max4(r_max, a_max, x_max, b_max, scratch);
+    if (any_nan) return __longlong_as_double(0x7ff8000000000000ULL);
+    double den = (double)a_max * (double)x_max + (double)b_max;
+    return den == 0.0 ? 0.0 : (double)r_max / den;
 }
 #endif
 
@@ -388,7 +480,8 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
 
     // Tridiagonalization.
 #if HH_ROLL > 0
-    if constexpr (N > 1) hh_phases<0>(a, b, sv, sw, sd, se, stau, g, red_scratch);
+    // sx is free until PCR is done: it carries row i in the HH_COLSH steps.
+    if constexpr (N > 1) hh_phases<0>(a, b, sv, sw, sd, se, stau, sbase + buf * PA, sx, g, red_scratch);
 #else
 #pragma unroll
     for (int i = 0; i + 1 < N; ++i) {
@@ -580,6 +673,37 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
     }
 
     // x = Q z = H_0 (H_1 (... H_{n-2} z)).
+#if HH_ROLL > 0 && HH_VSH
+    // v_i from the packed column i of the shared A (rows i+1..n-1), a rolled loop.
+#pragma unroll 1
+    for (int i = N - 2; i >= 0; --i) {
+        const real tau = stau[i];
+        const real* vcol = sA + packed_col(i) - i;
+        real vi[R];
+        real dot = 0;
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            int r = g.t + s * NSTAR;
+            vi[s] = 0;
+            if (g.t < NSTAR && r < N && r >= i + 1) {
+                vi[s] = vcol[r];
+                dot = hh_add_mul(dot, vi[s], x[s]);
+            }
+        }
+        hh_group_sum1(dot, red_scratch);
+        const real f = tau * dot;
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            int r = g.t + s * NSTAR;
+            if (g.t < NSTAR && r < N && r >= i + 1) x[s] = hh_add_mul(x[s], -f, vi[s]);
+        }
+    }
+    // The original A again for the residual (the copy is in L2 by now, as a rule).
+    group_sync();
+    prefetch_system(A + sys * (N * N), B + sys * N, sbase + buf * PA, sB0 + buf * N, g, active);
+    cp_async_commit();
+    cp_async_wait<0>();
+#else
 #pragma unroll
     for (int i = N - 2; i >= 0; --i) {
         const real tau = stau[i];
@@ -597,6 +721,7 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
             if (row_max(s) >= i + 1 && g.t < NSTAR && r < N && r >= i + 1) x[s] = hh_add_mul(x[s], -f, a[s][i]);
         }
     }
+#endif
 #pragma unroll
     for (int s = 0; s < R; ++s) {
         int r = g.t + s * NSTAR;
@@ -613,7 +738,11 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
         int i = g.t + s * NSTAR;
         borig[s] = (g.t < NSTAR && i < N && active) ? sB[i] : (real)0;
     }
+#if HH_RES_UNROLL > 0
+    double res = hh_residual(sA, sx, borig, x, g, red_scratch, iscratch);
+#else
     double res = group_residual(sA, sx, borig, x, g, red_scratch, iscratch);
+#endif
     unsigned status = bad ? STATUS_NON_FINITE_INPUT
                     : breakdown ? STATUS_FAILED
                     : isnan(res) ? STATUS_FAILED : STATUS_OK;
