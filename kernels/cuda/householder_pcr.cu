@@ -112,18 +112,26 @@ __device__ __forceinline__ real hh_add_mul(real acc, real p, real q) {
 // from the column-read kernel at rounding level.
 // HH_RES_UNROLL u > 0: the residual's column loop unrolled u times (0: fully; same sums
 // in the same order either way).
-// Default: off. Measured on the rolled kernel (f64 n* = 16, H100, batch 2^20,
-// benches/RESULTS.md "GPU Householder + PCR, round 10"): all three together f64 n = 32
-// 68.7-69.1 -> 72.4-72.9 M/s, but n = 30 76.5-76.6 -> 73.0 (each alone: n = 30 73.6-73.7),
-// though the step loops execute 28% fewer instructions; not understood, so not taken.
+// Default: all three on the rolled kernel at n = 32 only. Measured on the rolled kernel
+// (f64 n* = 16, H100, batch 2^20, benches/RESULTS.md "GPU Householder + PCR, round 10"):
+// all three together f64 n = 32 68.7-69.1 -> 72.4-72.9 M/s, but n = 30 76.5-76.6 -> 73.0
+// (each alone: n = 30 73.6-73.7), though the step loops execute 28% fewer instructions;
+// not understood, so n = 30 and 31 keep the column-read kernel.
+#if HH_ROLL > 0 && N == 32
+#define HH_SHARED_V_DEFAULT 1
+#define HH_RES_UNROLL_DEFAULT 5
+#else
+#define HH_SHARED_V_DEFAULT 0
+#define HH_RES_UNROLL_DEFAULT 0
+#endif
 #ifndef HH_VSH
-#define HH_VSH 0
+#define HH_VSH HH_SHARED_V_DEFAULT
 #endif
 #ifndef HH_COLSH
-#define HH_COLSH 0
+#define HH_COLSH HH_SHARED_V_DEFAULT
 #endif
 #ifndef HH_RES_UNROLL
-#define HH_RES_UNROLL 0
+#define HH_RES_UNROLL HH_RES_UNROLL_DEFAULT
 #endif
 #if HH_VSH && !(HH_ROLL > 0 && HH_SINGLE)
 #error "HH_VSH needs the rolled steps (HH_ROLL > 0) and one buffer (HH_SINGLE)"

@@ -384,5 +384,21 @@ mod tests {
                 }
             }
         }
+        // The rolled Householder kernels (f64, n* = 16, 30 <= n <= 32; n = 32 with v in
+        // the shared A) with the strides the solver gives them.
+        for n in [30usize, 31, 32] {
+            let spw = crate::cuda::tuning::systems_per_warp(16);
+            let elems = crate::cuda::tuning::householder_elems(n, true);
+            let k = KernelKey {
+                family: KernelFamily::HouseholderPcr,
+                f64: true,
+                n: n as u32,
+                nstar: 16,
+                sys_stride: crate::cuda::tuning::padded_stride(elems, 8, spw) as u32,
+            };
+            if let Err(e) = compile_cubin(&k.source(), &k.label(), "sm_90") {
+                panic!("{e}");
+            }
+        }
     }
 }
