@@ -49,8 +49,9 @@
 // a source loaded through CVA_CUDA_SOURCE_DIR may define them first.
 #ifndef DC_UNROLL_HH
 #if REAL_F64
-// f64 16 < n <= 32 (DC_SMALL_CODE, defined below): unrolled by 4 (round 8: 8,463 -> 8,311
-// SASS instructions at n = 30, +2% on the three families, H100).
+// f64 16 < n <= 32 (DC_SMALL_CODE, defined below): unrolled by 4 (round 8: 8,479 -> 8,319
+// SASS instructions at n = 30 with DC_DIV_GUARD, and +4% on the diagonally dominant and
+// paper families, H100).
 #define DC_UNROLL_HH (N > 16 && N <= 32)
 #define DC_UNROLL_QV 0
 #define DC_UNROLL_SEC 0
@@ -77,8 +78,9 @@
 #define DC_W_REGS 0
 #endif
 // DC_ROUND4_SHAPE (development switch, 0 by default since round 7): 1 gives f64
-// 16 < n <= 32 round 5's code again (round 4's loop shapes, no fast reciprocals or
-// divisions). That code was 6.8 M/s on the diagonally dominant family at f64 n = 30
+// 16 < n <= 32 round 5's arithmetic and loop shapes (round 4's loop shapes, no fast
+// reciprocals or divisions); round 5's code in full needs the round-7 code-size switches
+// below (DC_ZW_ONE ... DC_ONE_BISECT) 0 as well (alone it ran 3.4 M/s, RESULTS round 8). That code was 6.8 M/s on the diagonally dominant family at f64 n = 30
 // but 2.6 / 2.8 on the paper / basket29 families, and slower than the default at n = 24
 // and 32 on both (RESULTS.md round 7).
 #ifndef DC_ROUND4_SHAPE
