@@ -49,7 +49,10 @@
 // a source loaded through CVA_CUDA_SOURCE_DIR may define them first.
 #ifndef DC_UNROLL_HH
 #if REAL_F64
-#define DC_UNROLL_HH 0
+// f64 16 < n <= 32 (DC_SMALL_CODE, defined below): unrolled by 4 (round 8: 8,479 -> 8,319
+// SASS instructions at n = 30 with DC_DIV_GUARD, and +4% on the diagonally dominant and
+// paper families, H100).
+#define DC_UNROLL_HH (N > 16 && N <= 32)
 #define DC_UNROLL_QV 0
 #define DC_UNROLL_SEC 0
 #define DC_UNROLL_GW 0
@@ -75,8 +78,9 @@
 #define DC_W_REGS 0
 #endif
 // DC_ROUND4_SHAPE (development switch, 0 by default since round 7): 1 gives f64
-// 16 < n <= 32 round 5's code again (round 4's loop shapes, no fast reciprocals or
-// divisions). That code was 6.8 M/s on the diagonally dominant family at f64 n = 30
+// 16 < n <= 32 round 5's arithmetic and loop shapes (round 4's loop shapes, no fast
+// reciprocals or divisions); round 5's code in full needs the round-7 code-size switches
+// below (DC_ZW_ONE ... DC_ONE_BISECT) 0 as well (alone it ran 3.4 M/s, RESULTS round 8). That code was 6.8 M/s on the diagonally dominant family at f64 n = 30
 // but 2.6 / 2.8 on the paper / basket29 families, and slower than the default at n = 24
 // and 32 on both (RESULTS.md round 7).
 #ifndef DC_ROUND4_SHAPE
@@ -113,6 +117,14 @@
 // DC_ONE_BISECT (with DC_ONE_EVAL): the secular iteration's bisection step inlined once.
 #ifndef DC_ONE_BISECT
 #define DC_ONE_BISECT DC_SMALL_CODE
+#endif
+// DC_DIV_GUARD (round 8): no division with a zero numerator where the quotient is then
+// known (the Householder w = u / beta of the lanes past the reflector, u = 0; the model's
+// outer-pole quotients d / d2 when no pole lies on that side, unused then): the
+// compiler's division takes its out-of-line slow path for a zero or subnormal quotient,
+// which ran 47 times per system at f64 n = 30 (ncu). Same results bit for bit.
+#ifndef DC_DIV_GUARD
+#define DC_DIV_GUARD DC_SMALL_CODE
 #endif
 #if DC_ROLL_WARP
 #define ROLL_WARP _Pragma("unroll 1")
@@ -517,7 +529,11 @@ __device__ void householder_tridiagonalize(real* a, real* d, real* e, real* qv, 
         for (int s = 0; s < SLOTS; ++s) {
             const int k = lane + 32 * s;
             u[s] = k < l ? t[s] : (k == l ? f - alpha : (real)0);
+#if DC_DIV_GUARD
+            w[s] = k <= l ? u[s] / beta : (real)0;
+#else
             w[s] = u[s] / beta;
+#endif
             if (k < i) {
                 a[i + k * LD] = u[s];
                 a[k + i * LD] = w[s];
@@ -853,7 +869,11 @@ __device__ DC_SEC_INLINE real model_root_t(const Evaluation& ev, const real* d, 
     unsigned kmin = DC_RCP_KEY_LO, kmax = 0, dmin = DC_DIV_KEY_LO, dmax = 0;
     real pos[4], weights[4], dist[4];
     bool present[4];
+#if DC_DIV_GUARD
+    real p_left = ev.d_left > (real)0 ? ev.d_left / ev.d2_left : (real)0;
+#else
     real p_left = ev.d_left / ev.d2_left;
+#endif
     present[0] = ev.d_left > (real)0 && finite(p_left);
     dist[0] = p_left;
     pos[0] = p_left + tau;
@@ -866,7 +886,11 @@ __device__ DC_SEC_INLINE real model_root_t(const Evaluation& ev, const real* d, 
     dist[2] = ev.delta_b;
     pos[2] = d[a + 1] - d[origin];
     weights[2] = z[a + 1] * z[a + 1];
+#if DC_DIV_GUARD
+    real p_right = ev.d_right > (real)0 ? ev.d_right / ev.d2_right : (real)0;
+#else
     real p_right = ev.d_right / ev.d2_right;
+#endif
     present[3] = ev.d_right > (real)0 && finite(p_right);
     dist[3] = p_right;
     pos[3] = p_right + tau;
