@@ -230,7 +230,9 @@ __device__ __forceinline__ void prefetch_system(const real* __restrict__ gA, con
 // per row, the sums over columns in ascending order in the working precision, the
 // final quotient in double. A is the packed lower triangle sA, x is in shared sx,
 // this thread's rows' b and x in registers. NaN if some x_i or row residual is not
-// finite/NaN, 0 if the denominator is 0.
+// finite/NaN, 0 if the denominator is 0. The column loop is unrolled UNROLL times (0:
+// fully); the same sums in the same order either way.
+template <int UNROLL = 0>
 __device__ __forceinline__ double group_residual(const real* sA, const real* sx, const real* b, const real* x,
                                                  const Group& g, real* scratch, int* iscratch) {
     real r_max = 0, a_max = 0, x_max = 0, b_max = 0;
@@ -241,11 +243,17 @@ __device__ __forceinline__ double group_residual(const real* sA, const real* sx,
         if (g.t < NSTAR && i < N) {
             real acc = 0, row = 0;
             int oi = i * N - (i * (i - 1)) / 2;  // packed_col(i)
-#pragma unroll
-            for (int c = 0; c < N; ++c) {
+            auto term = [&](int c) {
                 real aic = (i >= c) ? sA[packed_col(c) + i - c] : sA[oi + c - i];
                 acc += aic * sx[c];
                 row += fabs(aic);
+            };
+            if constexpr (UNROLL > 0) {
+#pragma unroll UNROLL
+                for (int c = 0; c < N; ++c) term(c);
+            } else {
+#pragma unroll
+                for (int c = 0; c < N; ++c) term(c);
             }
             real ri = fabs(b[s] - acc);
             if (isnan(ri) || !finite(x[s])) nan_row = true;

@@ -365,40 +365,6 @@ __device__ __forceinline__ void hh_phases(real (&a)[R][N], real (&b)[R], real* s
 }
 #endif
 
-#if HH_RES_UNROLL > 0
-// group_residual (common.cu) with its column loop unrolled HH_RES_UNROLL times instead of
-// fully: the same sums in the same order.
-__device__ __forceinline__ double hh_residual(const real* sA, const real* sx, const real* b, const real* x,
-                                              const Group& g, real* scratch, int* iscratch) {
-    real r_max = 0, a_max = 0, x_max = 0, b_max = 0;
-    bool nan_row = false;
-#pragma unroll
-    for (int s = 0; s < R; ++s) {
-        int i = g.t + s * NSTAR;
-        if (g.t < NSTAR && i < N) {
-            real acc = 0, row = 0;
-            int oi = packed_col(i);
-#pragma unroll HH_RES_UNROLL
-            for (int c = 0; c < N; ++c) {
-                real aic = (i >= c) ? sA[packed_col(c) + i - c] : sA[oi + c - i];
-                acc += aic * sx[c];
-                row += fabs(aic);
-            }
-            real ri = fabs(b[s] - acc);
-            if (isnan(ri) || !finite(x[s])) nan_row = true;
-            r_max = fmax(r_max, ri);
-            a_max = fmax(a_max, row);
-            x_max = fmax(x_max, fabs(x[s]));
-            b_max = fmax(b_max, fabs(b[s]));
-        }
-    }
-    bool any_nan = group_any(nan_row, g, iscratch);
-    group_max4(r_max, a_max, x_max, b_max, scratch);
-    if (any_nan) return __longlong_as_double(0x7ff8000000000000ULL);
-    double den = (double)a_max * (double)x_max + (double)b_max;
-    return den == 0.0 ? 0.0 : (double)r_max / den;
-}
-#endif
 
 #if HH_MAXREG > 0
 extern "C" __global__ void __maxnreg__(HH_MAXREG)
@@ -746,11 +712,7 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
         int i = g.t + s * NSTAR;
         borig[s] = (g.t < NSTAR && i < N && active) ? sB[i] : (real)0;
     }
-#if HH_RES_UNROLL > 0
-    double res = hh_residual(sA, sx, borig, x, g, red_scratch, iscratch);
-#else
-    double res = group_residual(sA, sx, borig, x, g, red_scratch, iscratch);
-#endif
+    double res = group_residual<HH_RES_UNROLL>(sA, sx, borig, x, g, red_scratch, iscratch);
     unsigned status = bad ? STATUS_NON_FINITE_INPUT
                     : breakdown ? STATUS_FAILED
                     : isnan(res) ? STATUS_FAILED : STATUS_OK;
