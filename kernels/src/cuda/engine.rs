@@ -349,6 +349,49 @@ fn payoff_args<'a>(l: &mut cudarc::driver::LaunchArgs<'a>, p: &'a DevicePayoff) 
         .arg(&p.len);
 }
 
+/// The leading arguments of the warp-per-outer-path kernels (`engine_cash_init`,
+/// `engine_european`, `engine_exercise_*`), as the kernels take them.
+struct TileArgs {
+    stride: i64,
+    c: i64,
+    m: i32,
+    d: i32,
+    g: WarpTiles,
+}
+
+impl TileArgs {
+    /// For `view`, with `extra` scratch doubles per warp besides the tiles.
+    fn new(view: &StateView, extra: usize) -> Self {
+        Self {
+            stride: view.stride as i64,
+            c: view.c as i64,
+            m: view.m as i32,
+            d: view.d as i32,
+            g: WarpTiles::new(view.d, extra),
+        }
+    }
+
+    /// Pushes `states, stride, c, m, d, ds, tile, bufs, per_warp`, then the payoff's
+    /// arguments (`payoff_args`).
+    fn push<'a>(
+        &'a self,
+        l: &mut cudarc::driver::LaunchArgs<'a>,
+        states: &'a CudaView<'_, f64>,
+        payoff: &'a DevicePayoff,
+    ) {
+        l.arg(states)
+            .arg(&self.stride)
+            .arg(&self.c)
+            .arg(&self.m)
+            .arg(&self.d)
+            .arg(&self.g.ds)
+            .arg(&self.g.tile)
+            .arg(&self.g.bufs)
+            .arg(&self.g.per_warp);
+        payoff_args(l, payoff);
+    }
+}
+
 impl EngineKernels {
     /// Compiles `cuda/engine.cu` for the stream's device.
     ///
@@ -414,24 +457,9 @@ impl EngineKernels {
         if total == 0 {
             return Ok(());
         }
-        let g = WarpTiles::new(view.d, 0);
-        let (stride, c, m, d) = (
-            view.stride as i64,
-            view.c as i64,
-            view.m as i32,
-            view.d as i32,
-        );
+        let t = TileArgs::new(&view, 0);
         let mut l = self.stream.launch_builder(&self.cash_init);
-        l.arg(view.states)
-            .arg(&stride)
-            .arg(&c)
-            .arg(&m)
-            .arg(&d)
-            .arg(&g.ds)
-            .arg(&g.tile)
-            .arg(&g.bufs)
-            .arg(&g.per_warp);
-        payoff_args(&mut l, payoff);
+        t.push(&mut l, view.states, payoff);
         l.arg(&date)
             .arg(&next)
             .arg(discount)
@@ -448,7 +476,7 @@ impl EngineKernels {
         // memory is warps * per_warp doubles, each warp's share holding its `bufs` tile
         // buffers of 32 * ds doubles (16-byte aligned: per_warp is even); warps >= c
         // return first.
-        unsafe { l.launch(g.config(view.c)?) }?;
+        unsafe { l.launch(t.g.config(view.c)?) }?;
         Ok(())
     }
 
@@ -472,31 +500,16 @@ impl EngineKernels {
         if view.c == 0 || view.m == 0 {
             return Ok(());
         }
-        let g = WarpTiles::new(view.d, 0);
-        let (stride, c, m, d) = (
-            view.stride as i64,
-            view.c as i64,
-            view.m as i32,
-            view.d as i32,
-        );
+        let t = TileArgs::new(&view, 0);
         let mut l = self.stream.launch_builder(&self.european);
-        l.arg(view.states)
-            .arg(&stride)
-            .arg(&c)
-            .arg(&m)
-            .arg(&d)
-            .arg(&g.ds)
-            .arg(&g.tile)
-            .arg(&g.bufs)
-            .arg(&g.per_warp);
-        payoff_args(&mut l, payoff);
+        t.push(&mut l, view.states, payoff);
         l.arg(alive).arg(&q).arg(&df).arg(values);
         // SAFETY: the arguments match `engine_european` (const double*, long long, long
         // long, int, int, int, int, int, int, int, int, double, const int*, const
         // double*, int, const unsigned char*, double, double, double*); states and payoff as
         // checked by `view.check`, alive and values hold c (checked); shared memory as
         // in `cash_init`; warps >= c return first.
-        unsafe { l.launch(g.config(view.c)?) }?;
+        unsafe { l.launch(t.g.config(view.c)?) }?;
         Ok(())
     }
 
@@ -542,15 +555,9 @@ impl EngineKernels {
         if c == 0 || m == 0 {
             return Ok(());
         }
-        let g = WarpTiles::new(view.d, n);
+        let t = TileArgs::new(&view, n);
         let next = next_date.map_or(-1, |j| j as i32);
-        let (stride, c_arg, m_arg, d, n_arg) = (
-            view.stride as i64,
-            c as i64,
-            m as i32,
-            view.d as i32,
-            n as i32,
-        );
+        let n_arg = n as i32;
         let (itm, flat) = (i32::from(itm_only), i32::from(basis.flat));
         let f = if T::IS_F64 {
             &self.exercise_f64
@@ -558,16 +565,7 @@ impl EngineKernels {
             &self.exercise_f32
         };
         let mut l = self.stream.launch_builder(f);
-        l.arg(view.states)
-            .arg(&stride)
-            .arg(&c_arg)
-            .arg(&m_arg)
-            .arg(&d)
-            .arg(&g.ds)
-            .arg(&g.tile)
-            .arg(&g.bufs)
-            .arg(&g.per_warp);
-        payoff_args(&mut l, payoff);
+        t.push(&mut l, view.states, payoff);
         l.arg(&itm)
             .arg(&n_arg)
             .arg(&basis.parent)
@@ -596,7 +594,7 @@ impl EngineKernels {
         // covers every offset from next_date (the caller's contract, as for the
         // regression build); shared memory per warp is the tile buffers plus n doubles
         // of beta (`WarpTiles::new(d, n)`); warps >= c return first.
-        unsafe { l.launch(g.config(c)?) }?;
+        unsafe { l.launch(t.g.config(c)?) }?;
         Ok(())
     }
 
