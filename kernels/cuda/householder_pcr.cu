@@ -90,8 +90,12 @@ __device__ __forceinline__ real hh_add_mul(real acc, real p, real q) {
 // benches/RESULTS.md round 9). Elsewhere the unrolled code was as fast or faster: f64
 // n = 20 167.4 unrolled against 127.4 rolled, n = 24 108.7 against 101.5 (its code
 // still fits), f64 n* = 32 at n = 30 (66.4 against 57.6), f64 n = 16 and 48, f32.
+// n = 31 takes L = 4: 71.0-71.7 -> 75.2 M/s (round 11; at n = 30 L = 4 lost, 73.5-74.3
+// against 75.4-76.4 with L = 8, and at n = 32 it was even, 72.1 against 72.2-73.0).
 #ifndef HH_ROLL
-#if REAL_F64 && NSTAR == 16 && N >= 30 && N <= 32
+#if REAL_F64 && NSTAR == 16 && N == 31
+#define HH_ROLL 4
+#elif REAL_F64 && NSTAR == 16 && N >= 30 && N <= 32
 #define HH_ROLL 8
 #else
 #define HH_ROLL 0
@@ -116,8 +120,10 @@ __device__ __forceinline__ real hh_add_mul(real acc, real p, real q) {
 // (f64 n* = 16, H100, batch 2^20, benches/RESULTS.md "GPU Householder + PCR, round 10"):
 // all three together f64 n = 32 68.7-69.1 -> 72.4-72.9 M/s, but n = 30 76.5-76.6 -> 73.0
 // (each alone: n = 30 73.6-73.7), though the step loops execute 28% fewer instructions;
-// not understood, so n = 30 and 31 keep the column-read kernel.
-#if HH_ROLL > 0 && (N == 30 || N == 32)
+// not understood, so n = 30 and 31 keep the column-read kernel. Round 11: with the shared
+// vectors moved to 16-byte alignment the n = 30 spills fell from 40 to 4 B and the loss
+// went (75.4-76.1 against main's 76.0-76.4), but no gain: not taken (benches/RESULTS.md).
+#if HH_ROLL > 0 && N == 32
 #define HH_SHARED_V_DEFAULT 1
 #define HH_RES_UNROLL_DEFAULT 5
 #else
@@ -132,21 +138,6 @@ __device__ __forceinline__ real hh_add_mul(real acc, real p, real q) {
 #endif
 #ifndef HH_RES_UNROLL
 #define HH_RES_UNROLL HH_RES_UNROLL_DEFAULT
-#endif
-// HH_VALIGN 1 (one buffer): the vectors after the packed A start on a 16-byte boundary
-// (PA is odd for n = 30, 31 in f64, so sv, sw, sx sat 8 bytes off it) and the two
-// buffers of sv and sw are NV = N rounded up to 16 bytes apart; uses up to
-// 16 / sizeof(real) - 1 + 2 (NV - N) of the N spare elements of the one-buffer stride.
-#ifndef HH_VALIGN
-#define HH_VALIGN HH_VSH
-#endif
-#if HH_VALIGN && !HH_SINGLE
-#error "HH_VALIGN needs one buffer (HH_SINGLE)"
-#endif
-#if HH_VALIGN
-#define NV ((N + 16 / (int)sizeof(real) - 1) / (16 / (int)sizeof(real)) * (16 / (int)sizeof(real)))
-#else
-#define NV N
 #endif
 #if HH_VSH && !(HH_ROLL > 0 && HH_SINGLE)
 #error "HH_VSH needs the rolled steps (HH_ROLL > 0) and one buffer (HH_SINGLE)"
@@ -232,8 +223,8 @@ __device__ __forceinline__ void hh_step(const int i, real (&a)[R][N], real (&b)[
                                         real* se, real* stau, real* sA, real* sc, const Group& g,
                                         real* red_scratch) {
     constexpr int KE = (B + HH_ROLL < N - 1) ? B + HH_ROLL : N - 1;  // i in [B, KE)
-    real* v_sh = sv + (i & 1) * NV;
-    real* w_sh = sw + (i & 1) * NV;
+    real* v_sh = sv + (i & 1) * N;
+    real* w_sh = sw + (i & 1) * N;
     // Column i of the rows r >= i (A(i, i) and the column below it).
     real col[R];
     constexpr bool COLSH = HH_COLSH && B / NSTAR == (KE - 1) / NSTAR;
@@ -394,16 +385,9 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
     constexpr int PA = N * (N + 1) / 2;
     Group g = make_group();
     real* sbase = reinterpret_cast<real*>(smem_raw) + (long long)g.index * SYS_STRIDE;
-#if HH_VALIGN
-    constexpr int VQ = 16 / (int)sizeof(real);                // elements per 16 bytes
-    constexpr int VOFF = (VQ - (HH_BUFS * PA) % VQ) % VQ;     // shift of sv
-    static_assert(HH_BUFS * PA + VOFF + 2 * (NV - N) + 16 * N <= SYS_STRIDE, "HH_VALIGN: stride too short");
-    real* sv = sbase + HH_BUFS * PA + VOFF;  // [2][NV]
-#else
     real* sv = sbase + HH_BUFS * PA;  // [2][N]
-#endif
-    real* sw = sv + 2 * NV;     // [2][NV]
-    real* sd = sw + 2 * NV;     // [N]
+    real* sw = sv + 2 * N;      // [2][N]
+    real* sd = sw + 2 * N;      // [N]
     real* se = sd + N;          // [N]
     real* stau = se + N;        // [N]
     real* sx = stau + N;        // [N]
@@ -481,8 +465,8 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
 #else
 #pragma unroll
     for (int i = 0; i + 1 < N; ++i) {
-        real* v_sh = sv + (i & 1) * NV;
-        real* w_sh = sw + (i & 1) * NV;
+        real* v_sh = sv + (i & 1) * N;
+        real* w_sh = sw + (i & 1) * N;
         real xs = 0, alpha = 0;
 #pragma unroll
         for (int s = 0; s < R; ++s) {
