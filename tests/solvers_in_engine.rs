@@ -122,19 +122,13 @@ fn f32_escalating_cva_agrees_with_f64() {
 
 #[test]
 fn every_strategy_is_selectable_from_the_scenario() {
-    let mut cvas = Vec::new();
-    for s in ["ldlt", "householder-pcr", "divide-conquer", "escalating"] {
+    // (strategy, extra settings) -> (CVA, its standard error, discarded eigenvalues)
+    let run = |s: &str, extra: &[&str]| {
         let dir = tempfile::tempdir().unwrap();
-        let j = run_json(
-            &scenario("netting_set.yaml"),
-            dir.path(),
-            &[
-                "--set",
-                "simulation.outer_paths=60",
-                "--set",
-                &format!("simulation.solver={s}"),
-            ],
-        );
+        let solver = format!("simulation.solver={s}");
+        let mut args = vec!["--set", "simulation.outer_paths=60", "--set", &solver];
+        args.extend_from_slice(extra);
+        let j = run_json(&scenario("netting_set.yaml"), dir.path(), &args);
         assert_eq!(j["strategy"], s);
         assert!(f(&j, "systems_solved") > 0.0);
         let by_method = [
@@ -148,12 +142,35 @@ fn every_strategy_is_selectable_from_the_scenario() {
             "divide-conquer" => assert_eq!(by_method[0] + by_method[1], 0.0),
             _ => assert!(by_method[0] > 0.0),
         }
-        cvas.push((f(&j, "cva"), f(&j, "cva_std_error")));
+        (
+            f(&j, "cva"),
+            f(&j, "cva_std_error"),
+            f(&j, "discarded_eigenvalues"),
+        )
+    };
+    let (ldlt, se, _) = run("ldlt", &[]);
+    // The methods that solve the regression as posed give the same CVA to far below its
+    // error (they differ by rounding, which can flip a rare exercise decision).
+    for s in ["householder-pcr", "escalating"] {
+        let (c, _, _) = run(s, &[]);
+        assert!(
+            (c - ldlt).abs() <= 0.01 * se,
+            "{s}: {c} against {ldlt} ± {se}"
+        );
     }
-    // Well-conditioned regressions: every strategy gives the same CVA to far below its error.
-    for &(c, _) in &cvas[1..] {
-        assert!((c - cvas[0].0).abs() <= 0.5 * cvas[0].1, "{cvas:?}");
-    }
+    // So does divide and conquer when it discards nothing (threshold above any condition
+    // number this scenario's regression matrices reach) ...
+    let untruncated = ["--set", "simulation.condition_threshold=1e16"];
+    let (c, _, discarded) = run("divide-conquer", &untruncated);
+    assert_eq!(discarded, 0.0);
+    assert!((c - ldlt).abs() <= 0.01 * se, "{c} against {ldlt} ± {se}");
+    // ... but with the paper's threshold (1e5) it truncates most of them (their condition
+    // numbers exceed 1e5): a different, regularised regression and exercise policy, whose
+    // CVA is only statistically close (on this scenario, 60 outer paths, it lies below
+    // L D L^T's by 0.2 to 1.5 standard errors for each of the seeds 1..7).
+    let (c, _, discarded) = run("divide-conquer", &[]);
+    assert!(discarded > 0.0);
+    assert!((c - ldlt).abs() <= 3.0 * se, "{c} against {ldlt} ± {se}");
 }
 
 #[test]
