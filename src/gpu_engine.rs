@@ -30,8 +30,16 @@
 //! CPU's to far below the Monte Carlo error, not bitwise. The exposure statistics sum
 //! over outer paths in another (fixed) order than [`exposure::estimate`].
 //!
+//! The path kernels run on a stream of their own, one exposure date ahead: the inner
+//! paths of `t_{k+1}` (compute-bound) are generated while the engine stream runs the
+//! regression steps of `t_k` (bound by the bandwidth of reading the states back), into
+//! the other of two buffer sets (`ChunkBuffers`); the same kernels on the same inputs,
+//! so the results are the same bits as with one stream (`CVA_GPU_PATHS_STREAM=0`).
+//!
 //! Phase timings come from CUDA events between the launches (device time, including
-//! the host's gaps between them); `CVA_GPU_PROFILE=1` also prints them per piece.
+//! the host's gaps between them), per stream: the paths phase overlaps the others, so
+//! the phases add up to more than the wall time. `CVA_GPU_PROFILE=1` also prints them
+//! per piece.
 
 use crate::basis::BasisFunctions;
 use crate::engine::last_maturity_after;
@@ -96,6 +104,8 @@ enum Phase {
     Build,
     Solve,
     Exposure,
+    /// The engine stream waiting for the path stream: in the profile only.
+    Wait,
 }
 
 /// Device timings from CUDA events recorded between the pieces of work: each mark
@@ -137,6 +147,16 @@ impl PhaseClock {
         self.record(0, stream)
     }
 
+    /// Starts a new interval now unless marks are pending (then the next mark closes the
+    /// interval since the last one: work queued back to back on one stream).
+    fn resume(&mut self, stream: &CudaStream) -> Result<(), GpuError> {
+        if self.marks.is_empty() {
+            self.start(stream)
+        } else {
+            Ok(())
+        }
+    }
+
     /// Closes the interval since the last mark as `phase` (`name` in the profile).
     fn mark(
         &mut self,
@@ -163,6 +183,7 @@ impl PhaseClock {
                 Phase::Build => timings.regression_build += d,
                 Phase::Solve => timings.solve += d,
                 Phase::Exposure => timings.exposure += d,
+                Phase::Wait => {}
             }
             if let Some(p) = &mut self.profile {
                 match p.iter_mut().find(|e| e.0 == name) {
@@ -219,11 +240,15 @@ struct ChunkBuffers<T: GpuReal> {
     c: usize,
     /// `[l][k][i]`, `k = 0..=N`.
     outer: CudaSlice<f64>,
-    /// Inner states `[l][s][mm][i]` over the dates after `t_k`.
-    inner: CudaSlice<f64>,
-    cash: CudaSlice<f64>,
-    cash_date: CudaSlice<u32>,
-    y: CudaSlice<f64>,
+    /// Inner states `[l][s][mm][i]` over the dates after `t_k`, and the cash flows, their
+    /// dates and the discounted cash flows `y` of the backward induction: set `k % 2` for
+    /// exposure date `t_k`, so that the inner paths of `t_{k+1}` (path stream) are
+    /// generated while the engine stream works on those of `t_k`. Set 1 serves odd `k`
+    /// only, whose inner paths span one date fewer.
+    inner: [CudaSlice<f64>; 2],
+    cash: [CudaSlice<f64>; 2],
+    cash_date: [CudaSlice<u32>; 2],
+    y: [CudaSlice<f64>; 2],
     a: CudaSlice<T>,
     b: CudaSlice<T>,
     x: CudaSlice<T>,
@@ -362,6 +387,14 @@ impl<T: GpuReal> GpuEngine<T> {
         let solver = GpuBatchSolver::new(0)?;
         lap("driver, device probe, context");
         let stream = solver.stream().clone();
+        // The path kernels run on a stream of their own, so that the inner paths of the
+        // next exposure date are generated while the engine stream runs the regression
+        // steps of this one (`CVA_GPU_PATHS_STREAM=0`: on the engine stream, in turn).
+        let paths_stream = if std::env::var_os("CVA_GPU_PATHS_STREAM").is_some_and(|v| v == "0") {
+            stream.clone()
+        } else {
+            solver.context().new_stream()?
+        };
         let market = &scenario.market;
         let d = market.assets.len();
         let n_dates = scenario.exposure_dates;
@@ -457,12 +490,12 @@ impl<T: GpuReal> GpuEngine<T> {
                 };
                 match pays_candidate {
                     Some(p) => GpuPaths::with_maturity_payoff(
-                        &stream,
+                        &paths_stream,
                         &market,
                         sim.seed,
                         &gpu_payoff(scenario, p),
                     ),
-                    None => GpuPaths::new(&stream, &market, sim.seed),
+                    None => GpuPaths::new(&paths_stream, &market, sim.seed),
                 }
                 .map(|p| (p, t.elapsed()))
             });
@@ -520,6 +553,7 @@ impl<T: GpuReal> GpuEngine<T> {
             .collect();
         let discount_dev = stream.clone_htod(&discount)?;
         stream.synchronize()?;
+        paths.stream().synchronize()?;
         lap("discount upload, synchronisation");
         let pays_at_maturity = pays_candidate.filter(|_| paths.pays_at_maturity());
         Ok(Self {
@@ -560,9 +594,9 @@ impl<T: GpuReal> GpuEngine<T> {
         let nmax = self.americans.iter().map(|a| a.n).max().unwrap_or(1);
         let es = std::mem::size_of::<T>();
         let steps = self.max_steps(scenario);
-        steps * m * d * 8
+        (2 * steps - 1) * m * d * 8
             + (n_dates + 1) * d * 8
-            + m * (8 + 4 + 8)
+            + 2 * m * (8 + 4 + 8)
             + (nmax * nmax + 2 * nmax) * es
             + std::mem::size_of::<GpuReport>()
             + 4
@@ -604,15 +638,19 @@ impl<T: GpuReal> GpuEngine<T> {
         );
         let nmax = self.americans.iter().map(|a| a.n).max().unwrap_or(1);
         let cap = self.step_capacity(scenario);
-        Ok(ChunkBuffers {
+        let steps = self.max_steps(scenario);
+        // SAFETY (both): plain f64 storage; every element a kernel reads was written by
+        // `GpuPaths::inner_paths` for the same exposure date first.
+        let inner = [unsafe { stream.alloc(c * steps * m * d) }?, unsafe {
+            stream.alloc((c * (steps - 1) * m * d).max(1))
+        }?];
+        let buffers = ChunkBuffers {
             c,
             outer: stream.alloc_zeros(c * (n_dates + 1) * d)?,
-            // SAFETY: plain f64 storage; every element a kernel reads was written by
-            // `GpuPaths::inner_paths` for the same exposure date first.
-            inner: unsafe { stream.alloc(c * self.max_steps(scenario) * m * d) }?,
-            cash: stream.alloc_zeros(c * m)?,
-            cash_date: stream.alloc_zeros(c * m)?,
-            y: stream.alloc_zeros(c * m)?,
+            inner,
+            cash: [stream.alloc_zeros(c * m)?, stream.alloc_zeros(c * m)?],
+            cash_date: [stream.alloc_zeros(c * m)?, stream.alloc_zeros(c * m)?],
+            y: [stream.alloc_zeros(c * m)?, stream.alloc_zeros(c * m)?],
             a: stream.alloc_zeros(c * nmax * nmax)?,
             b: stream.alloc_zeros(c * nmax)?,
             x: stream.alloc_zeros(c * nmax)?,
@@ -625,7 +663,10 @@ impl<T: GpuReal> GpuEngine<T> {
             // (`as_slice` waits for it); flags 0: cached, for reading on the host.
             residuals_host: unsafe { self.solver.context().alloc_pinned_with_flags(cap * c, 0) }?,
             exercises: stream.alloc_zeros(1)?,
-        })
+        };
+        // The allocations are ordered on the engine stream; the path stream uses them too.
+        stream.synchronize()?;
+        Ok(buffers)
     }
 
     /// Runs the nested simulation of `scenario` (the one given to [`GpuEngine::new`]) and
@@ -644,6 +685,8 @@ impl<T: GpuReal> GpuEngine<T> {
         let n_dates = scenario.exposure_dates;
         let stream = self.solver.stream();
         let mut clock = PhaseClock::new(self.solver.context());
+        // The path stream's own clock (its intervals overlap the engine stream's).
+        let mut pclock = PhaseClock::new(self.solver.context());
         let t_setup = Instant::now();
         let mut netted = stream.alloc_zeros::<f64>((n_dates + 1) * m0.max(1))?;
         let (free, _) = self.solver.context().mem_get_info()?;
@@ -692,7 +735,7 @@ impl<T: GpuReal> GpuEngine<T> {
                 (m0, c0, c),
                 &mut levels,
                 progress,
-                &mut clock,
+                (&mut clock, &mut pclock),
                 &mut out,
             ) {
                 Ok(()) => {}
@@ -737,6 +780,7 @@ impl<T: GpuReal> GpuEngine<T> {
         clock.flush(&mut timings)?;
         clock.host("host: simulate, all", t_setup);
         clock.print();
+        pclock.print();
         steps.sort_by_key(|s| (s.exposure_date, s.exercise_date));
         Ok((
             NestedSimulation {
@@ -751,6 +795,71 @@ impl<T: GpuReal> GpuEngine<T> {
         ))
     }
 
+    /// Queues on the path stream the inner paths of exposure date `k` for the chunk's
+    /// outer paths `c0..c0+c` into set `k % 2` of `b` (with the cash flows at maturity
+    /// where the path kernel pays them), timed on `pclock`. Returns an event recorded
+    /// after them, or `None` when no position lives past `t_k` (nothing queued).
+    fn queue_inner_paths(
+        &self,
+        scenario: &Scenario,
+        b: &mut ChunkBuffers<T>,
+        (c0, c): (usize, usize),
+        k: usize,
+        pclock: &mut PhaseClock,
+    ) -> Result<Option<CudaEvent>, GpuError> {
+        let positions = &scenario.portfolio;
+        let Some(last) = last_maturity_after(positions, k) else {
+            return Ok(None);
+        };
+        let (n_dates, m, d) = (
+            scenario.exposure_dates,
+            scenario.simulation.inner_paths,
+            scenario.market.assets.len(),
+        );
+        let outer_stride = (n_dates + 1) * d;
+        let steps = last - k;
+        let stride = steps * m * d;
+        let set = k % 2;
+        let pstream = self.paths.stream();
+        pclock.resume(pstream)?;
+        // The cash flows at maturity straight from the inner-path kernel (see
+        // `pays_at_maturity`): its position is the one maturing at `last`.
+        if let Some(p) = self.pays_at_maturity {
+            let mi = positions[p].maturity_index;
+            debug_assert_eq!(mi, last);
+            self.paths.inner_paths_paying(
+                c0 as u32,
+                k as u32,
+                &b.outer.slice(k * d..),
+                outer_stride,
+                (c, m, steps),
+                &mut b.inner[set].slice_mut(0..c * stride),
+                MaturityCash {
+                    date: mi as u32,
+                    next_df: (mi - 1 > k).then(|| self.discount[1]),
+                    cash: &mut b.cash[set].slice_mut(0..c * m),
+                    cash_date: &mut b.cash_date[set].slice_mut(0..c * m),
+                    y: &mut b.y[set].slice_mut(0..c * m),
+                },
+            )?;
+        } else {
+            self.paths.inner_paths(
+                c0 as u32,
+                k as u32,
+                &b.outer.slice(k * d..),
+                outer_stride,
+                c,
+                m,
+                steps,
+                &mut b.inner[set].slice_mut(0..c * stride),
+            )?;
+        }
+        pclock.mark(pstream, Phase::Paths, "inner paths")?;
+        Ok(Some(pstream.record_event(Some(
+            CUevent_flags::CU_EVENT_DISABLE_TIMING,
+        ))?))
+    }
+
     /// Outer paths `c0..c0+c` of `m0`, all dates: netted values into
     /// `netted[k * m0 + c0 + l]`, statistics into `out`.
     #[allow(clippy::too_many_lines, clippy::too_many_arguments)]
@@ -762,7 +871,7 @@ impl<T: GpuReal> GpuEngine<T> {
         (m0, c0, c): (usize, usize, usize),
         start_level: &mut [Vec<Method>],
         progress: &dyn Progress,
-        clock: &mut PhaseClock,
+        (clock, pclock): (&mut PhaseClock, &mut PhaseClock),
         out: &mut ChunkOutput,
     ) -> Result<(), GpuError> {
         let sim = &scenario.simulation;
@@ -783,18 +892,33 @@ impl<T: GpuReal> GpuEngine<T> {
         let mut chunk_steps: Vec<(usize, usize, usize, Method)> = Vec::new();
         let mut summaries: Vec<(BatchSummary, usize)> = Vec::new();
         stream.memset_zeros(&mut b.records)?;
+        let ones = vec![1u8; positions.len() * c];
+        stream.memcpy_htod(&ones, &mut b.alive.slice_mut(0..positions.len() * c))?;
+        stream.memset_zeros(&mut b.exercises)?;
+        clock.mark(stream, Phase::Exposure, "chunk set-up")?;
+        let pstream = self.paths.stream();
+        pclock.start(pstream)?;
         self.paths.outer_paths(
             c0 as u32,
             c,
             n_dates,
             &mut b.outer.slice_mut(0..c * outer_stride),
         )?;
-        let ones = vec![1u8; positions.len() * c];
-        stream.memcpy_htod(&ones, &mut b.alive.slice_mut(0..positions.len() * c))?;
-        stream.memset_zeros(&mut b.exercises)?;
-        clock.mark(stream, Phase::Paths, "outer paths")?;
+        pclock.mark(pstream, Phase::Paths, "outer paths")?;
+        // The path stream runs one exposure date ahead: the inner paths of t_{k+1} are
+        // queued before the engine stream's work of t_k. The buffers' event tracking
+        // (cudarc's, active with two streams) orders each set's writes after the
+        // previous date's reads of it; the events below only time the engine stream's
+        // waits.
+        let mut inner_ready: [Option<CudaEvent>; 2] = [None, None];
+        inner_ready[0] = self.queue_inner_paths(scenario, b, (c0, c), 0, pclock)?;
 
         for k in 0..=n_dates {
+            if k < n_dates {
+                inner_ready[(k + 1) % 2] =
+                    self.queue_inner_paths(scenario, b, (c0, c), k + 1, pclock)?;
+            }
+            let set = k % 2;
             let mut values = netted.slice_mut(k * m0 + c0..k * m0 + c0 + c);
             stream.memset_zeros(&mut values)?;
             let outer_k = b.outer.slice(k * d..c * outer_stride);
@@ -812,6 +936,7 @@ impl<T: GpuReal> GpuEngine<T> {
             clock.mark(stream, Phase::Exposure, "pay maturing")?;
             let Some(last) = last_maturity_after(positions, k) else {
                 clock.flush(timings)?;
+                pclock.flush(timings)?;
                 if k < n_dates {
                     progress.date_done();
                 }
@@ -819,40 +944,11 @@ impl<T: GpuReal> GpuEngine<T> {
             };
             let steps = last - k;
             let stride = steps * m * d;
-            // The cash flows at maturity straight from the inner-path kernel (see
-            // `pays_at_maturity`): its position is the one maturing at `last`.
-            if let Some(p) = self.pays_at_maturity {
-                let mi = positions[p].maturity_index;
-                debug_assert_eq!(mi, last);
-                self.paths.inner_paths_paying(
-                    c0 as u32,
-                    k as u32,
-                    &b.outer.slice(k * d..),
-                    outer_stride,
-                    (c, m, steps),
-                    &mut b.inner.slice_mut(0..c * stride),
-                    MaturityCash {
-                        date: mi as u32,
-                        next_df: (mi - 1 > k).then(|| self.discount[1]),
-                        cash: &mut b.cash.slice_mut(0..c * m),
-                        cash_date: &mut b.cash_date.slice_mut(0..c * m),
-                        y: &mut b.y.slice_mut(0..c * m),
-                    },
-                )?;
-            } else {
-                self.paths.inner_paths(
-                    c0 as u32,
-                    k as u32,
-                    &b.outer.slice(k * d..),
-                    outer_stride,
-                    c,
-                    m,
-                    steps,
-                    &mut b.inner.slice_mut(0..c * stride),
-                )?;
+            if let Some(ready) = inner_ready[set].take() {
+                stream.wait(&ready)?;
+                clock.mark(stream, Phase::Wait, "wait for inner paths")?;
             }
-            clock.mark(stream, Phase::Paths, "inner paths")?;
-            let inner = &b.inner;
+            let inner = &b.inner[set];
             let at = |j: usize| inner.slice((j - k - 1) * m * d..c * stride);
 
             // European positions: discounted payoff averages.
@@ -906,9 +1002,9 @@ impl<T: GpuReal> GpuEngine<T> {
                         mi as u32,
                         (mi - 1 > k).then(|| (mi - 1) as u32),
                         &discount,
-                        &mut b.cash.slice_mut(0..c * m),
-                        &mut b.cash_date.slice_mut(0..c * m),
-                        &mut b.y.slice_mut(0..c * m),
+                        &mut b.cash[set].slice_mut(0..c * m),
+                        &mut b.cash_date[set].slice_mut(0..c * m),
+                        &mut b.y[set].slice_mut(0..c * m),
                     )?;
                     clock.mark(stream, Phase::Exposure, "cash init")?;
                 }
@@ -926,7 +1022,7 @@ impl<T: GpuReal> GpuEngine<T> {
                     am.regression.build(
                         &states,
                         stride,
-                        &b.y.slice(0..c * m),
+                        &b.y[set].slice(0..c * m),
                         c,
                         &mut b.a.slice_mut(0..c * n * n),
                         &mut b.b.slice_mut(0..c * n),
@@ -980,9 +1076,9 @@ impl<T: GpuReal> GpuEngine<T> {
                         &b.counts.slice(0..c),
                         &discount,
                         (j as u32, (j - 1 > k).then(|| (j - 1) as u32)),
-                        &mut b.y.slice_mut(0..c * m),
-                        &mut b.cash.slice_mut(0..c * m),
-                        &mut b.cash_date.slice_mut(0..c * m),
+                        &mut b.y[set].slice_mut(0..c * m),
+                        &mut b.cash[set].slice_mut(0..c * m),
+                        &mut b.cash_date[set].slice_mut(0..c * m),
                     )?;
                     clock.mark(stream, Phase::Exposure, "exercise")?;
                     chunk_steps.push((k, a, j, start));
@@ -990,7 +1086,10 @@ impl<T: GpuReal> GpuEngine<T> {
 
                 // Value at t_k: continuation, or exercise along the outer path.
                 self.kernels.american_value(
-                    (&b.cash.slice(0..c * m), &b.cash_date.slice(0..c * m)),
+                    (
+                        &b.cash[set].slice(0..c * m),
+                        &b.cash_date[set].slice(0..c * m),
+                    ),
                     &discount,
                     (k as u32, m),
                     (&outer_k, outer_stride, d),
@@ -1027,6 +1126,7 @@ impl<T: GpuReal> GpuEngine<T> {
                 clock.mark(stream, Phase::Exposure, "step counts copy")?;
             }
             clock.flush(timings)?;
+            pclock.flush(timings)?;
             if k < n_dates {
                 progress.date_done();
             }
