@@ -33,8 +33,11 @@
 //! The path kernels run on a stream of their own, one exposure date ahead: the inner
 //! paths of `t_{k+1}` (compute-bound) are generated while the engine stream runs the
 //! regression steps of `t_k` (bound by the bandwidth of reading the states back), into
-//! the other of two buffer sets (`ChunkBuffers`); the same kernels on the same inputs,
-//! so the results are the same bits as with one stream (`CVA_GPU_PATHS_STREAM=0`).
+//! the other of two buffer sets (`ChunkBuffers`), ordered by events (the context does no
+//! event tracking); the engine stream has the device's greatest priority, so that its
+//! kernels' blocks are dispatched first and the path kernels fill the rest of the
+//! device. The same kernels on the same inputs: the results are the same bits as with
+//! one stream (`CVA_GPU_PATHS_STREAM=0`).
 //!
 //! Phase timings come from CUDA events between the launches (device time, including
 //! the host's gaps between them), per stream: the paths phase overlaps the others, so
@@ -384,16 +387,21 @@ impl<T: GpuReal> GpuEngine<T> {
             last = Instant::now();
         };
         let sim = &scenario.simulation;
-        let solver = GpuBatchSolver::new(0)?;
+        let mut solver = GpuBatchSolver::new(0)?;
+        // The path kernels run on a stream of their own, so that the inner paths of the
+        // next exposure date are generated while the engine stream (the solver's, of the
+        // greatest priority: its kernels' blocks go first) runs the regression steps of
+        // this one (`CVA_GPU_PATHS_STREAM=0`: on the engine stream, in turn).
+        let two_streams = !std::env::var_os("CVA_GPU_PATHS_STREAM").is_some_and(|v| v == "0");
+        if two_streams {
+            solver.use_priority_stream()?;
+        }
         lap("driver, device probe, context");
         let stream = solver.stream().clone();
-        // The path kernels run on a stream of their own, so that the inner paths of the
-        // next exposure date are generated while the engine stream runs the regression
-        // steps of this one (`CVA_GPU_PATHS_STREAM=0`: on the engine stream, in turn).
-        let paths_stream = if std::env::var_os("CVA_GPU_PATHS_STREAM").is_some_and(|v| v == "0") {
-            stream.clone()
-        } else {
+        let paths_stream = if two_streams {
             solver.context().new_stream()?
+        } else {
+            stream.clone()
         };
         let market = &scenario.market;
         let d = market.assets.len();
@@ -897,6 +905,13 @@ impl<T: GpuReal> GpuEngine<T> {
         stream.memset_zeros(&mut b.exercises)?;
         clock.mark(stream, Phase::Exposure, "chunk set-up")?;
         let pstream = self.paths.stream();
+        let two_streams = !Arc::ptr_eq(pstream, stream);
+        // The context does no event tracking (GpuBatchSolver::new): the two streams are
+        // ordered here with events. The path stream first waits for the engine stream's
+        // work so far (the previous chunk's reads of the outer states and both sets).
+        if two_streams {
+            pstream.join(stream)?;
+        }
         pclock.start(pstream)?;
         self.paths.outer_paths(
             c0 as u32,
@@ -911,10 +926,19 @@ impl<T: GpuReal> GpuEngine<T> {
         // previous date's reads of it; the events below only time the engine stream's
         // waits.
         let mut inner_ready: [Option<CudaEvent>; 2] = [None, None];
+        // `set_free[s]`: recorded on the engine stream after its last use of set s.
+        let mut set_free: [Option<CudaEvent>; 2] = [None, None];
         inner_ready[0] = self.queue_inner_paths(scenario, b, (c0, c), 0, pclock)?;
+        if two_streams {
+            // The outer states (and the first date's inner paths, needed next anyway).
+            stream.join(pstream)?;
+        }
 
         for k in 0..=n_dates {
             if k < n_dates {
+                if let Some(free) = set_free[(k + 1) % 2].take() {
+                    pstream.wait(&free)?;
+                }
                 inner_ready[(k + 1) % 2] =
                     self.queue_inner_paths(scenario, b, (c0, c), k + 1, pclock)?;
             }
@@ -1102,6 +1126,10 @@ impl<T: GpuReal> GpuEngine<T> {
                 clock.mark(stream, Phase::Exposure, "american value")?;
             }
 
+            if two_streams {
+                set_free[set] =
+                    Some(stream.record_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))?);
+            }
             // The date's step counts (one copy per exposure date): the memory rule
             // needs them before the next date's solves.
             let s1 = chunk_steps.len();

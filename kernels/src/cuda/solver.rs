@@ -222,6 +222,23 @@ impl GpuBatchSolver {
         })
     }
 
+    /// Moves the solver's work to a new stream of the device's greatest priority: the
+    /// blocks of its kernels are dispatched before those of normal-priority streams, which
+    /// fill the resources they leave (the engine generates the next date's inner paths on
+    /// such a stream while this one runs the regression steps). Call it before any work
+    /// is queued; buffers already allocated stay valid. The context does no event tracking
+    /// (see [`GpuBatchSolver::new`]): work shared with another stream must be ordered
+    /// with events by the caller.
+    ///
+    /// # Errors
+    /// Driver errors (stream creation).
+    pub fn use_priority_stream(&mut self) -> Result<(), GpuError> {
+        self.ctx.bind_to_thread()?;
+        let (_least, greatest) = cudarc::driver::result::stream::get_priority_range()?;
+        self.stream = self.ctx.new_stream_with_priority(greatest)?;
+        Ok(())
+    }
+
     pub fn context(&self) -> &Arc<CudaContext> {
         &self.ctx
     }
