@@ -392,7 +392,7 @@ impl<T: GpuReal> GpuEngine<T> {
         // next exposure date are generated while the engine stream (the solver's, of the
         // greatest priority: its kernels' blocks go first) runs the regression steps of
         // this one (`CVA_GPU_PATHS_STREAM=0`: on the engine stream, in turn).
-        let two_streams = !std::env::var_os("CVA_GPU_PATHS_STREAM").is_some_and(|v| v == "0");
+        let two_streams = std::env::var_os("CVA_GPU_PATHS_STREAM").is_none_or(|v| v != "0");
         if two_streams {
             solver.use_priority_stream()?;
         }
