@@ -124,6 +124,9 @@ __device__ __forceinline__ real hh_add_mul(real acc, real p, real q) {
 #define HH_ASH 0
 #endif
 #endif
+#ifndef HH_ASH_SKIP
+#define HH_ASH_SKIP 1
+#endif
 #ifndef HH_ASH_RES_UNROLL
 #define HH_ASH_RES_UNROLL 5
 #endif
@@ -405,6 +408,8 @@ __device__ __forceinline__ void hh_phases(real (&a)[R][N], real (&b)[R], real* s
 
 #if HH_ASH > 0
 constexpr int AC = HH_ASH;
+// Start of column c of the packed lower triangle of the trailing (N - AC) x (N - AC) block.
+__host__ __device__ constexpr int hh_tcol(int c) { return c * (N - AC) - (c * (c - 1)) / 2; }
 // One reflector step i (runtime, B <= i < B + HH_ROLL, i <= N - 2) of phase B with the
 // leading AC columns in X (see HH_ASH); a[s][k - AC] is A(row, k) for k >= AC.
 template <int B>
@@ -482,7 +487,8 @@ __device__ __forceinline__ void hh_step_ash(const int i, real (&a)[R][N - AC], r
         for (int s = 0; s < R; ++s) {
             if (row_max(s) >= B + 1) {
                 real ak;
-                if (k < AC) ak = ok[s] ? X[k * N + g.t + s * NSTAR] : (real)0;
+                // HH_ASH_SKIP: X only where v_k may be nonzero (k > i), a third less traffic.
+                if (k < AC) ak = (ok[s] && (!HH_ASH_SKIP || k > i)) ? X[k * N + g.t + s * NSTAR] : (real)0;
                 else ak = a[s][k >= AC ? k - AC : 0];
                 if (k & 1) p[s] = hh_add_mul(p[s], ak, vk);
                 else p2[s] = hh_add_mul(p2[s], ak, vk);
@@ -520,7 +526,7 @@ __device__ __forceinline__ void hh_step_ash(const int i, real (&a)[R][N - AC], r
         for (int s = 0; s < R; ++s) {
             if (row_max(s) >= B + 1) {
                 if (k < AC) {
-                    if (ok[s]) {
+                    if (ok[s] && (!HH_ASH_SKIP || k > i)) {
                         real* x = X + k * N + g.t + s * NSTAR;
                         *x = hh_add_mul(hh_add_mul(*x, -vr[s], wk), -wr[s], vk);
                     }
@@ -561,58 +567,41 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
     real* sX = sbase;         // [XS]: X (columns 0..AC-1), then the packed A for the residual
     real* sv = sX + XS;       // [2][N]; PCR buffers pv (0) and pd (1)
     real* sw = sv + 2 * N;    // [2][N]; PCR buffers pc (1) and pv (1); x for the residual
-    real* sd = sw + 2 * N;    // [N]: b at the start and for the residual; d; PCR pd (0)
-    real* se = sd + N;        // [N]: e; PCR pc (0)
+    real* se = sw + 2 * N;    // [N]: e; PCR pc (0)
     real* stau = se + N;      // [N]
+    real* sd = stau + N;      // [N]: b at the start and for the residual; d; PCR pd (0)
     const bool active = g.sys < batch;
     const long long sys = active ? g.sys : 0;
     const real* gA = A + sys * (N * N);
     bool ok[R];
 #pragma unroll
     for (int s = 0; s < R; ++s) ok[s] = g.t < NSTAR && g.t + s * NSTAR < N;
-    // X: A(r, k), k < AC, from the lower triangle of the column-major A (cp.async); b into sd.
-    if (active) {
+    // Staged by cp.async, column by column from the lower triangle of A (coalesced, as
+    // prefetch_system): X's lower part (rows r >= k of the columns k < AC), the packed
+    // lower triangle of the trailing block A(AC.., AC..) right after X (into sv, sw, se,
+    // stau, free until the steps), b in sd.
+    constexpr int NB = N - AC;
+    static_assert(AC * N + NB * (NB + 1) / 2 <= XS + 6 * N, "HH_ASH: the trailing block does not fit before sd");
+    real* sT = sX + AC * N;
 #pragma unroll
-        for (int k = 0; k < AC; ++k) {
+    for (int k = 0; k < N; ++k) {
 #pragma unroll
-            for (int s = 0; s < R; ++s) {
-                const int r = g.t + s * NSTAR;
-                if (ok[s]) cp_async_elem(sX + k * N + r, gA + (r >= k ? k * N + r : r * N + k));
-            }
-        }
-#pragma unroll
-        for (int s = 0; s < R; ++s)
-            if (ok[s]) cp_async_elem(sd + g.t + s * NSTAR, B + sys * N + g.t + s * NSTAR);
-    } else {
-        // Past the end of the batch: the identity (as the register layout), b = 0.
-#pragma unroll
-        for (int k = 0; k < AC; ++k) {
-#pragma unroll
-            for (int s = 0; s < R; ++s) {
-                const int r = g.t + s * NSTAR;
-                if (ok[s]) sX[k * N + r] = (real)(k == r ? 1 : 0);
+        for (int s = 0; s < R; ++s) {
+            const int r = g.t + s * NSTAR;
+            if (ok[s] && r >= k && row_max(s) >= k) {
+                real* dst = k < AC ? sX + k * N + r : sT + hh_tcol(k - AC) + r - k;
+                if (active) cp_async_elem(dst, gA + k * N + r);
+                else *dst = (real)(k == r ? 1 : 0);  // past the end of the batch: the identity
             }
         }
     }
+#pragma unroll
+    for (int s = 0; s < R; ++s)
+        if (ok[s] && active) cp_async_elem(sd + g.t + s * NSTAR, B + sys * N + g.t + s * NSTAR);
     cp_async_commit();
-    // Columns AC..N-1 of the thread's rows into registers.
-    bool bad = false;
-    real a[R][N - AC];
-#pragma unroll
-    for (int s = 0; s < R; ++s) {
-        const int r = g.t + s * NSTAR;
-#pragma unroll
-        for (int k = AC; k < N; ++k) {
-            real v = 0;
-            if (ok[s]) {
-                v = active ? gA[r >= k ? k * N + r : r * N + k] : (real)(k == r ? 1 : 0);
-                if (k <= r) bad |= !finite(v);
-            }
-            a[s][k - AC] = v;
-        }
-    }
     cp_async_wait<0>();
     group_sync();
+    bool bad = false;
     real b[R];
 #pragma unroll
     for (int s = 0; s < R; ++s) {
@@ -623,6 +612,31 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
         for (int k = 0; k < AC; ++k)
             if (ok[s] && k <= r) bad |= !finite(sX[k * N + r]);
     }
+    // X's upper part (rows r < k < AC, slot 0) from its lower part.
+#pragma unroll
+    for (int k = 1; k < AC; ++k)
+        if (g.t < k) sX[k * N + g.t] = sX[g.t * N + k];
+    // Columns AC..N-1 of the thread's rows into registers: rows r < AC from X's lower part
+    // (A(r, k) = A(k, r), row k >= AC of column r), rows r >= AC from the trailing block.
+    real a[R][N - AC];
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+        const int r = g.t + s * NSTAR;
+#pragma unroll
+        for (int k = AC; k < N; ++k) {
+            real v = 0;
+            if (ok[s]) {
+                if (r < AC) {
+                    v = sX[r * N + k];
+                } else {
+                    v = r >= k ? sT[hh_tcol(k - AC) + r - k] : sT[hh_tcol(r - AC) + k - r];
+                    if (k <= r) bad |= !finite(v);
+                }
+            }
+            a[s][k - AC] = v;
+        }
+    }
+    group_sync();  // sT is read by all before the steps write v, w, e, tau there
 
     // Tridiagonalization.
     hh_phases_ash<0>(a, b, sX, sv, sw, sd, se, stau, g);
