@@ -102,35 +102,6 @@ __device__ __forceinline__ real hh_add_mul(real acc, real p, real q) {
 #endif
 #endif
 
-// HH_ASH C > 0 (with HH_ROLL > 0, one buffer, NSTAR == 16, R == 2, C a multiple of HH_ROLL,
-// C <= N): the leading C columns of A (every row) live in shared memory, column-major
-// X[k * N + r] (a group's 16 threads touch 16 consecutive elements: no bank conflicts),
-// and only columns C..N-1 of the thread's two rows in registers (f64 n = 30, C = 16:
-// 56 instead of 120 registers of rows). In the phases whose steps i < C, column i is
-// read from X directly (no selects; alpha still by a shuffle from its owner) and v_i
-// (rows >= i+2; v_{i+1} = 1 is implicit) is written there; the later phases run the
-// column-read code on the register columns. X is filled by cp.async straight from the
-// lower triangle of A (no packed copy), the register columns by global loads, and the
-// packed A is copied again into X's space for the residual once x = Q z is done.
-// Shared per system: max(C N, n (n+1)/2) + 7 n elements (the PCR buffers share sv, sw,
-// sd, se; sx shares sw, b shares sd), against n (n+1)/2 + 16 n in the register layout,
-// so that with <= 96 registers 20 warps/SM fit both limits (f64 n = 30: 5,568 B per
-// system). The host picks the layout by the stride (`tuning::householder_elems`): the
-// kernel takes it where SYS_STRIDE < n (n+1)/2 + 16 n.
-#ifndef HH_ASH
-#if HH_ROLL > 0 && NSTAR == 16 && SYS_STRIDE < N * (N + 1) / 2 + 16 * N
-#define HH_ASH 16
-#else
-#define HH_ASH 0
-#endif
-#endif
-#ifndef HH_ASH_SKIP
-#define HH_ASH_SKIP 1
-#endif
-#ifndef HH_ASH_RES_UNROLL
-#define HH_ASH_RES_UNROLL 5
-#endif
-
 // HH_VSH 1 (with HH_ROLL > 0, one buffer): v_i goes into the packed column i of the
 // shared copy of A (rows i+1..n-1, v_{i+1} = 1) instead of into column i of the register
 // rows (no per-step selects to write it); x = Q z is a rolled loop that reads v from
@@ -152,7 +123,7 @@ __device__ __forceinline__ real hh_add_mul(real acc, real p, real q) {
 // not understood, so n = 30 and 31 keep the column-read kernel. Round 11: with the shared
 // vectors moved to 16-byte alignment the n = 30 spills fell from 40 to 4 B and the loss
 // went (75.4-76.1 against main's 76.0-76.4), but no gain: not taken (benches/RESULTS.md).
-#if HH_ROLL > 0 && N == 32 && HH_ASH == 0
+#if HH_ROLL > 0 && N == 32
 #define HH_SHARED_V_DEFAULT 1
 #define HH_RES_UNROLL_DEFAULT 5
 #else
@@ -171,10 +142,6 @@ __device__ __forceinline__ real hh_add_mul(real acc, real p, real q) {
 #if HH_VSH && !(HH_ROLL > 0 && HH_SINGLE)
 #error "HH_VSH needs the rolled steps (HH_ROLL > 0) and one buffer (HH_SINGLE)"
 #endif
-#if HH_ASH > 0 && !(HH_ROLL > 0 && HH_SINGLE && NSTAR == 16 && N > NSTAR && N <= 2 * NSTAR && HH_ASH % HH_ROLL == 0 && HH_ASH <= N && !HH_VSH)
-#error "HH_ASH needs the rolled steps, one buffer, NSTAR = 16, two row slots, HH_ROLL | HH_ASH, no HH_VSH"
-#endif
-
 
 // HH_MAXREG: register cap per thread (`__maxnreg__`; 0: none). Warps per SM go by the
 // registers of one SM sub-partition (16,384, a warp stays on one): up to 255 registers
@@ -183,9 +150,7 @@ __device__ __forceinline__ real hh_add_mul(real acc, real p, real q) {
 // n = 64: 6.4 -> 8.0) and f32 n* = 32 with n > 32 (n = 48: 28.9 M/s against 21.7 at
 // n* = 64). It does not at f64 n = 30 n* = 16 (192 B of spills: 61.5 against 63.5).
 #ifndef HH_MAXREG
-#if HH_ASH > 0
-#define HH_MAXREG 96
-#elif (REAL_F64 && NSTAR > 32) || (!REAL_F64 && NSTAR == 32 && N > 32) || (REAL_F64 && NSTAR == 16 && HH_ROLL > 0)
+#if (REAL_F64 && NSTAR > 32) || (!REAL_F64 && NSTAR == 32 && N > 32) || (REAL_F64 && NSTAR == 16 && HH_ROLL > 0)
 #define HH_MAXREG 168
 #else
 #define HH_MAXREG 0
@@ -406,353 +371,7 @@ __device__ __forceinline__ void hh_phases(real (&a)[R][N], real (&b)[R], real* s
 }
 #endif
 
-#if HH_ASH > 0
-constexpr int AC = HH_ASH;
-// Start of column c of the packed lower triangle of the trailing (N - AC) x (N - AC) block.
-__host__ __device__ constexpr int hh_tcol(int c) { return c * (N - AC) - (c * (c - 1)) / 2; }
-// One reflector step i (runtime, B <= i < B + HH_ROLL, i <= N - 2) of phase B with the
-// leading AC columns in X (see HH_ASH); a[s][k - AC] is A(row, k) for k >= AC.
-template <int B>
-__device__ __forceinline__ void hh_step_ash(const int i, real (&a)[R][N - AC], real (&b)[R], real* X, real* sv,
-                                            real* sw, real* sd, real* se, real* stau, const Group& g) {
-    constexpr int KE = (B + HH_ROLL < N - 1) ? B + HH_ROLL : N - 1;  // i in [B, KE)
-    constexpr bool SH = KE <= AC;  // column i in X
-    real* v_sh = sv + (i & 1) * N;
-    real* w_sh = sw + (i & 1) * N;
-    bool ok[R];
-#pragma unroll
-    for (int s = 0; s < R; ++s) ok[s] = g.t < NSTAR && g.t + s * NSTAR < N;
-    real col[R];
-#pragma unroll
-    for (int s = 0; s < R; ++s) {
-        col[s] = 0;
-        if constexpr (SH) {
-            if (row_max(s) >= B && ok[s]) col[s] = X[i * N + g.t + s * NSTAR];
-        } else if (row_max(s) >= B) {
-#pragma unroll
-            for (int k = B; k < KE; ++k)
-                if (k == i) col[s] = a[s][k - AC];
-        }
-    }
-    real xs = 0;
-#pragma unroll
-    for (int s = 0; s < R; ++s) {
-        int r = g.t + s * NSTAR;
-        if (row_max(s) >= B && ok[s] && r == i) sd[i] = col[s];
-        if (row_max(s) >= B + 1 && ok[s] && r >= i + 2) xs = hh_add_mul(xs, col[s], col[s]);
-    }
-    // alpha = A(i+1, i) from its owner (R = 2: a select, not a local-memory pick).
-    real ca = col[0];
-    if (row_max(1) >= B + 1) ca = (i + 1 >= NSTAR) ? col[1] : col[0];
-    const real alpha = __shfl_sync(0xffffffffu, ca, g.lane0 + ((i + 1) & (NSTAR - 1)));
-    hh_group_sum1(xs, nullptr);
-    real tau, beta, scal;
-    hh_dlarfg(xs, alpha, tau, beta, scal);
-    real vr[R];
-#pragma unroll
-    for (int s = 0; s < R; ++s) {
-        int r = g.t + s * NSTAR;
-        vr[s] = 0;
-        if (row_max(s) >= B + 1 && ok[s]) {
-            if (r >= i + 1) vr[s] = (r == i + 1) ? (real)1 : col[s] * scal;
-            v_sh[r] = vr[s];
-            // v_{i+1} = 1 stays implicit: A(i+1, i) is not overwritten.
-            if constexpr (SH) {
-                if (r >= i + 2) X[i * N + r] = vr[s];
-            }
-        }
-        if constexpr (!SH) {
-            if (row_max(s) >= B + 1) {
-#pragma unroll
-                for (int k = B; k < KE; ++k) a[s][k - AC] = (k == i) ? vr[s] : a[s][k - AC];
-            }
-        }
-    }
-    if (g.t == 0) {
-        se[i] = beta;
-        stau[i] = tau;
-    }
-    group_sync();
-    // p = tau A22 v (v_k = 0 for k <= i: the terms of columns B+1..i are exact zeros).
-    real p[R], p2[R];
-#pragma unroll
-    for (int s = 0; s < R; ++s) {
-        p[s] = 0;
-        p2[s] = 0;
-    }
-#pragma unroll
-    for (int k = B + 1; k < N; ++k) {
-        const real vk = v_sh[k];
-#pragma unroll
-        for (int s = 0; s < R; ++s) {
-            if (row_max(s) >= B + 1) {
-                real ak;
-                // HH_ASH_SKIP: X only where v_k may be nonzero (k > i), a third less traffic.
-                if (k < AC) ak = (ok[s] && (!HH_ASH_SKIP || k > i)) ? X[k * N + g.t + s * NSTAR] : (real)0;
-                else ak = a[s][k >= AC ? k - AC : 0];
-                if (k & 1) p[s] = hh_add_mul(p[s], ak, vk);
-                else p2[s] = hh_add_mul(p2[s], ak, vk);
-            }
-        }
-    }
-    real pv_loc = 0, vb_loc = 0;
-#pragma unroll
-    for (int s = 0; s < R; ++s) {
-        p[s] = tau * (p[s] + p2[s]);
-        pv_loc = hh_add_mul(pv_loc, p[s], vr[s]);
-        vb_loc = hh_add_mul(vb_loc, vr[s], b[s]);
-    }
-    group_sum2(pv_loc, vb_loc, nullptr);
-    const real kk = (real)(-0.5) * tau * pv_loc;
-    const real tvb = tau * vb_loc;
-    real wr[R];
-#pragma unroll
-    for (int s = 0; s < R; ++s) {
-        int r = g.t + s * NSTAR;
-        wr[s] = (r >= i + 1) ? hh_add_mul(p[s], kk, vr[s]) : (real)0;
-        if (row_max(s) >= B + 1 && ok[s]) {
-            w_sh[r] = wr[s];
-            if (r >= i + 1) b[s] = hh_add_mul(b[s], -tvb, vr[s]);
-        }
-    }
-    group_sync();
-    // Rank-2 update (columns k <= i and rows r <= i unchanged: v, w are 0 there). X
-    // entries are read and written by their row's owner only.
-#pragma unroll
-    for (int k = B + 1; k < N; ++k) {
-        const real vk = v_sh[k];
-        const real wk = w_sh[k];
-#pragma unroll
-        for (int s = 0; s < R; ++s) {
-            if (row_max(s) >= B + 1) {
-                if (k < AC) {
-                    if (ok[s] && (!HH_ASH_SKIP || k > i)) {
-                        real* x = X + k * N + g.t + s * NSTAR;
-                        *x = hh_add_mul(hh_add_mul(*x, -vr[s], wk), -wr[s], vk);
-                    }
-                } else {
-                    const int c = k >= AC ? k - AC : 0;
-                    a[s][c] = hh_add_mul(hh_add_mul(a[s][c], -vr[s], wk), -wr[s], vk);
-                }
-            }
-        }
-    }
-}
 
-template <int B>
-__device__ __forceinline__ void hh_phases_ash(real (&a)[R][N - AC], real (&b)[R], real* X, real* sv, real* sw,
-                                              real* sd, real* se, real* stau, const Group& g) {
-    constexpr int E = (B + HH_ROLL < N - 1) ? B + HH_ROLL : N - 1;
-#pragma unroll 1
-    for (int i = B; i < E; ++i) hh_step_ash<B>(i, a, b, X, sv, sw, sd, se, stau, g);
-    if constexpr (E < N - 1) hh_phases_ash<E>(a, b, X, sv, sw, sd, se, stau, g);
-}
-#endif
-
-
-#if HH_ASH > 0
-// The kernel with the leading AC columns of A in shared memory (HH_ASH): one tile of
-// systems per block, the same steps, PCR and x = Q z as the register layout.
-extern "C" __global__ void __maxnreg__(HH_MAXREG)
-ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, real* __restrict__ X,
-                       GpuReport* __restrict__ rep, long long batch) {
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    __shared__ real red_scratch[8];
-    __shared__ int iscratch[1];
-    constexpr int PA = N * (N + 1) / 2;
-    constexpr int XS = AC * N > PA ? AC * N : PA;
-    static_assert(XS + 7 * N <= SYS_STRIDE, "HH_ASH: the layout exceeds the shared stride");
-    Group g = make_group();
-    real* sbase = reinterpret_cast<real*>(smem_raw) + (long long)g.index * SYS_STRIDE;
-    real* sX = sbase;         // [XS]: X (columns 0..AC-1), then the packed A for the residual
-    real* sv = sX + XS;       // [2][N]; PCR buffers pv (0) and pd (1)
-    real* sw = sv + 2 * N;    // [2][N]; PCR buffers pc (1) and pv (1); x for the residual
-    real* se = sw + 2 * N;    // [N]: e; PCR pc (0)
-    real* stau = se + N;      // [N]
-    real* sd = stau + N;      // [N]: b at the start and for the residual; d; PCR pd (0)
-    const bool active = g.sys < batch;
-    const long long sys = active ? g.sys : 0;
-    const real* gA = A + sys * (N * N);
-    bool ok[R];
-#pragma unroll
-    for (int s = 0; s < R; ++s) ok[s] = g.t < NSTAR && g.t + s * NSTAR < N;
-    // Staged by cp.async, column by column from the lower triangle of A (coalesced, as
-    // prefetch_system): X's lower part (rows r >= k of the columns k < AC), the packed
-    // lower triangle of the trailing block A(AC.., AC..) right after X (into sv, sw, se,
-    // stau, free until the steps), b in sd.
-    constexpr int NB = N - AC;
-    static_assert(AC * N + NB * (NB + 1) / 2 <= XS + 6 * N, "HH_ASH: the trailing block does not fit before sd");
-    real* sT = sX + AC * N;
-#pragma unroll
-    for (int k = 0; k < N; ++k) {
-#pragma unroll
-        for (int s = 0; s < R; ++s) {
-            const int r = g.t + s * NSTAR;
-            if (ok[s] && r >= k && row_max(s) >= k) {
-                real* dst = k < AC ? sX + k * N + r : sT + hh_tcol(k - AC) + r - k;
-                if (active) cp_async_elem(dst, gA + k * N + r);
-                else *dst = (real)(k == r ? 1 : 0);  // past the end of the batch: the identity
-            }
-        }
-    }
-#pragma unroll
-    for (int s = 0; s < R; ++s)
-        if (ok[s] && active) cp_async_elem(sd + g.t + s * NSTAR, B + sys * N + g.t + s * NSTAR);
-    cp_async_commit();
-    cp_async_wait<0>();
-    group_sync();
-    bool bad = false;
-    real b[R];
-#pragma unroll
-    for (int s = 0; s < R; ++s) {
-        const int r = g.t + s * NSTAR;
-        b[s] = (ok[s] && active) ? sd[r] : (real)0;
-        bad |= !finite(b[s]);
-#pragma unroll
-        for (int k = 0; k < AC; ++k)
-            if (ok[s] && k <= r) bad |= !finite(sX[k * N + r]);
-    }
-    // X's upper part (rows r < k < AC, slot 0) from its lower part.
-#pragma unroll
-    for (int k = 1; k < AC; ++k)
-        if (g.t < k) sX[k * N + g.t] = sX[g.t * N + k];
-    // Columns AC..N-1 of the thread's rows into registers: rows r < AC from X's lower part
-    // (A(r, k) = A(k, r), row k >= AC of column r), rows r >= AC from the trailing block.
-    real a[R][N - AC];
-#pragma unroll
-    for (int s = 0; s < R; ++s) {
-        const int r = g.t + s * NSTAR;
-#pragma unroll
-        for (int k = AC; k < N; ++k) {
-            real v = 0;
-            if (ok[s]) {
-                if (r < AC) {
-                    v = sX[r * N + k];
-                } else {
-                    v = r >= k ? sT[hh_tcol(k - AC) + r - k] : sT[hh_tcol(r - AC) + k - r];
-                    if (k <= r) bad |= !finite(v);
-                }
-            }
-            a[s][k - AC] = v;
-        }
-    }
-    group_sync();  // sT is read by all before the steps write v, w, e, tau there
-
-    // Tridiagonalization.
-    hh_phases_ash<0>(a, b, sX, sv, sw, sd, se, stau, g);
-    if (g.t == (N - 1) % NSTAR) sd[N - 1] = a[(N - 1) / NSTAR][N - 1 - AC];
-    group_sync();
-
-    // PCR on (d, e) with right-hand side Q^T b; buffer 0 = (sd, se, sv), 1 = (sv + N, sw, sw + N).
-    real dd[R], cc[R], vv[R];
-#pragma unroll
-    for (int s = 0; s < R; ++s) {
-        int r = g.t + s * NSTAR;
-        dd[s] = ok[s] ? sd[r] : (real)1;
-        cc[s] = (ok[s] && r + 1 < N) ? se[r] : (real)0;
-        vv[s] = ok[s] ? b[s] : (real)0;
-    }
-    bool breakdown = false;
-    constexpr int STEPS = ceil_log2(N);
-#pragma unroll
-    for (int step = 0; step < STEPS; ++step) {
-        const int stride = 1 << step;
-        real* bd = (step & 1) ? sv + N : sd;
-        real* bc = (step & 1) ? sw : se;
-        real* bv = (step & 1) ? sw + N : sv;
-#pragma unroll
-        for (int s = 0; s < R; ++s) {
-            int r = g.t + s * NSTAR;
-            if (ok[s]) { bd[r] = dd[s]; bc[r] = cc[s]; bv[r] = vv[s]; }
-        }
-        group_sync();
-#pragma unroll
-        for (int s = 0; s < R; ++s) {
-            int r = g.t + s * NSTAR;
-            if (ok[s]) {
-                int lo = r - stride, hi = r + stride;
-                real a_r = 0, alph = 0, v_lo = 0;
-                if (lo >= 0) {
-                    a_r = bc[lo];
-                    alph = -a_r / bd[lo];
-                    v_lo = bv[lo];
-                }
-                real c_r = cc[s], gam = 0, v_hi = 0, c_hi = 0;
-                if (hi < N) {
-                    gam = -c_r / bd[hi];
-                    v_hi = bv[hi];
-                    c_hi = bc[hi];
-                }
-                real nd = dd[s] + alph * a_r + gam * c_r;
-                real nv = vv[s] + alph * v_lo + gam * v_hi;
-                real nc = gam * c_hi;
-                if (!finite(alph) || !finite(gam) || !finite(nd) || !finite(nv) || !finite(nc)) breakdown = true;
-                dd[s] = nd;
-                vv[s] = nv;
-                cc[s] = nc;
-            }
-        }
-    }
-    real x[R];
-#pragma unroll
-    for (int s = 0; s < R; ++s) {
-        x[s] = 0;
-        if (ok[s]) {
-            x[s] = vv[s] / dd[s];
-            if (!finite(x[s])) breakdown = true;
-        }
-    }
-
-    // x = Q z = H_0 (H_1 (... H_{n-2} z)); v_i from X (i < AC) or the register column.
-#pragma unroll
-    for (int i = N - 2; i >= 0; --i) {
-        const real tau = stau[i];
-        real vi[R];
-        real dot = 0;
-#pragma unroll
-        for (int s = 0; s < R; ++s) {
-            int r = g.t + s * NSTAR;
-            vi[s] = 0;
-            if (row_max(s) >= i + 1 && ok[s] && r >= i + 1) {
-                if (i < AC) vi[s] = (r == i + 1) ? (real)1 : sX[i * N + r];
-                else vi[s] = a[s][i >= AC ? i - AC : 0];
-                dot = hh_add_mul(dot, vi[s], x[s]);
-            }
-        }
-        hh_group_sum1(dot, red_scratch);
-        const real f = tau * dot;
-#pragma unroll
-        for (int s = 0; s < R; ++s) {
-            int r = g.t + s * NSTAR;
-            if (row_max(s) >= i + 1 && ok[s] && r >= i + 1) x[s] = hh_add_mul(x[s], -f, vi[s]);
-        }
-    }
-    // The packed A and b again for the residual (from L2 as a rule), x into sw.
-    group_sync();
-    prefetch_system(A + sys * (N * N), B + sys * N, sX, sd, g, active);
-    cp_async_commit();
-    cp_async_wait<0>();
-#pragma unroll
-    for (int s = 0; s < R; ++s)
-        if (ok[s]) sw[g.t + s * NSTAR] = x[s];
-    group_sync();
-
-    bad = group_any(bad, g, iscratch);
-    breakdown = group_any(breakdown, g, iscratch);
-    real borig[R];
-#pragma unroll
-    for (int s = 0; s < R; ++s) borig[s] = (ok[s] && active) ? sd[g.t + s * NSTAR] : (real)0;
-    double res = group_residual<HH_ASH_RES_UNROLL>(sX, sw, borig, x, g, red_scratch, iscratch);
-    unsigned status = bad ? STATUS_NON_FINITE_INPUT
-                    : breakdown ? STATUS_FAILED
-                    : isnan(res) ? STATUS_FAILED : STATUS_OK;
-    if (active) {
-        const bool no_solution = bad || breakdown;
-        store_group_solution(X, sys, g.t, x, no_solution);
-        if (g.t == 0) store_report(rep, sys, no_solution, res, METHOD_HOUSEHOLDER_PCR, status);
-    }
-}
-#else
 #if HH_MAXREG > 0
 extern "C" __global__ void __maxnreg__(HH_MAXREG)
 #else
@@ -764,7 +383,6 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
     __shared__ real red_scratch[8];
     __shared__ int iscratch[1];
     constexpr int PA = N * (N + 1) / 2;
-    static_assert(HH_BUFS * (PA + N) + 14 * N <= SYS_STRIDE, "the register layout exceeds the shared stride");
     Group g = make_group();
     real* sbase = reinterpret_cast<real*>(smem_raw) + (long long)g.index * SYS_STRIDE;
     real* sv = sbase + HH_BUFS * PA;  // [2][N]
@@ -1120,4 +738,3 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
     }
     cp_async_wait<0>();
 }
-#endif  // HH_ASH

@@ -384,11 +384,11 @@ mod tests {
                 }
             }
         }
-        // The rolled Householder kernels (f64, n* = 16, 30 <= n <= 32; L = 4 at n = 31; the
-        // leading 16 columns of A in shared memory) with the strides the solver gives them.
+        // The rolled Householder kernels (f64, n* = 16, 30 <= n <= 32; L = 4 at n = 31, v in
+        // the shared A at n = 32) with the strides the solver gives them.
         for n in [30usize, 31, 32] {
             let spw = crate::cuda::tuning::systems_per_warp(16);
-            let elems = crate::cuda::tuning::householder_elems(n, 16, true);
+            let elems = crate::cuda::tuning::householder_elems(n, true);
             let k = KernelKey {
                 family: KernelFamily::HouseholderPcr,
                 f64: true,

@@ -306,7 +306,7 @@ impl GpuBatchSolver {
                     key(
                         KernelFamily::HouseholderPcr,
                         nstar,
-                        tuning::householder_elems(n, nstar, T::IS_F64),
+                        tuning::householder_elems(n, T::IS_F64),
                     ),
                     nstar,
                 ))

@@ -123,25 +123,11 @@ pub fn householder_single_buffer(n: usize, _f64: bool) -> bool {
     n >= 8
 }
 
-/// Whether the Householder + PCR kernel keeps the leading 16 columns of `A` in shared
-/// memory (`HH_ASH` in `cuda/householder_pcr.cu`: column-major, every row) and only the
-/// trailing columns of its rows in registers: f64, `n* = 16`, 30 <= n <= 32 (the rolled
-/// kernel), so that 96 registers and `max(16 n, n (n+1)/2) + 7 n` shared elements per
-/// system fit 20 warps/SM instead of 12 (benches/RESULTS.md, "GPU Householder + PCR,
-/// round 12").
-pub fn householder_shared_columns(n: usize, nstar: usize, f64: bool) -> bool {
-    f64 && nstar == 16 && (30..=32).contains(&n)
-}
-
 /// Shared-memory elements per system of the Householder + PCR kernel: one or two
 /// buffers of packed `A` ([`householder_single_buffer`]), 14 vectors of length `n` and
-/// one or two buffers of `b`; with the leading columns of `A` in shared memory
-/// ([`householder_shared_columns`]) `max(16 n, n (n+1)/2) + 7 n`, which the kernel tells
-/// apart by being below `n (n+1)/2 + 16 n`.
-pub fn householder_elems(n: usize, nstar: usize, f64: bool) -> usize {
-    if householder_shared_columns(n, nstar, f64) {
-        (16 * n).max(n * (n + 1) / 2) + 7 * n
-    } else if householder_single_buffer(n, f64) {
+/// one or two buffers of `b`.
+pub fn householder_elems(n: usize, f64: bool) -> usize {
+    if householder_single_buffer(n, f64) {
         n * (n + 1) / 2 + 16 * n
     } else {
         n * (n + 1) + 16 * n
@@ -184,20 +170,13 @@ mod tests {
     #[test]
     fn householder_buffer_modes_are_told_apart() {
         // The kernel reads one buffer from SYS_STRIDE < n (n + 1) + 16 n.
-        // The shared-column layout from SYS_STRIDE < n (n + 1) / 2 + 16 n.
         for n in 1..=64 {
             for f64 in [false, true] {
-                for (nstar, spw) in [(32, 1), (16, 2), (8, 4), (4, 8)] {
+                for spw in [1, 2, 4, 8] {
                     let eb = if f64 { 8 } else { 4 };
-                    let stride = padded_stride(householder_elems(n, nstar, f64), eb, spw);
+                    let stride = padded_stride(householder_elems(n, f64), eb, spw);
                     let single = stride < n * (n + 1) + 16 * n;
                     assert_eq!(single, householder_single_buffer(n, f64), "n = {n}");
-                    let columns = stride < n * (n + 1) / 2 + 16 * n;
-                    assert_eq!(
-                        columns,
-                        householder_shared_columns(n, nstar, f64),
-                        "n = {n}"
-                    );
                 }
             }
         }
