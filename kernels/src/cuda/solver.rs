@@ -417,7 +417,8 @@ impl GpuBatchSolver {
             bytes as i32,
         )?;
         let threads = 32 * warps as u32;
-        let blocks_per_sm = f.occupancy_max_active_blocks_per_multiprocessor(threads, bytes, None)?;
+        let blocks_per_sm =
+            f.occupancy_max_active_blocks_per_multiprocessor(threads, bytes, None)?;
         let grid = count.div_ceil(warps).clamp(1, 1 << 22) as u32;
         let cfg = LaunchConfig {
             grid_dim: (grid, 1, 1),
