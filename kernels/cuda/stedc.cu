@@ -153,14 +153,10 @@
 #else
 #define ROLL_COLD
 #endif
-// DC_UNROLL_HH_BY (development switch, default 4): the unroll factor of those loops.
-#ifndef DC_UNROLL_HH_BY
-#define DC_UNROLL_HH_BY 4
-#endif
 #define DC_PRAGMA(x) _Pragma(#x)
 #define DC_UNROLL_BY(k) DC_PRAGMA(unroll k)
 #if DC_UNROLL_HH
-#define UNROLL_HH DC_UNROLL_BY(DC_UNROLL_HH_BY)
+#define UNROLL_HH _Pragma("unroll 4")
 #else
 #define UNROLL_HH
 #endif
@@ -207,7 +203,7 @@
 #define DC_QS_PREFETCH 0
 #endif
 // DC_HH_STEP_BY (development switch, default 0 = as DC_ROLL_HH says): the Householder
-// step loop unrolled by this factor (fewer backward jumps, round 9).
+// step loop unrolled by this factor (fewer backward jumps; built in round 9, not timed).
 #ifndef DC_HH_STEP_BY
 #define DC_HH_STEP_BY 0
 #endif
