@@ -1793,10 +1793,10 @@ __device__ bool merge_level(int depth, real* d, const real* e, Ws& ws, const int
 // after x = Q v; 2: also after each merge level). Every warp passes DC_PHASE_BARS
 // barriers per system (a warp that finished early, failed or has no system pads).
 #ifndef DC_BLOCK_WARPS
-#define DC_BLOCK_WARPS 1
+#define DC_BLOCK_WARPS (DC_SMALL_CODE ? 12 : 1)
 #endif
 #ifndef DC_PHASE_SYNC
-#define DC_PHASE_SYNC 0
+#define DC_PHASE_SYNC (DC_SMALL_CODE ? 2 : 0)
 #endif
 #if DC_BLOCK_WARPS > 1 && DC_PHASE_SYNC
 #define DC_PHASE_BARS (DC_PHASE_SYNC >= 2 ? 10 : 4)

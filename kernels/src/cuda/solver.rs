@@ -387,12 +387,12 @@ impl GpuBatchSolver {
         Ok((cfg, info))
     }
 
-    /// Launch geometry of `divide_conquer`: [`Self::warp_geometry`] (one system per block
-    /// of 32 threads), or, where the development override `CVA_DC_WARPS=w` (w > 1) asks
-    /// for it and the module was compiled with `DC_BLOCK_WARPS` >= w (its
-    /// `__launch_bounds__`), `w` systems per block of `32 w` threads and `w * smem` bytes
-    /// (w reduced to what the shared memory per block allows), `ceil(count / w)` blocks
-    /// up to 2^22.
+    /// Launch geometry of `divide_conquer`: `w` systems per block of `32 w` threads and
+    /// `w * smem` bytes, `ceil(count / w)` blocks up to 2^22, with `w` = 4 (round 9;
+    /// development override `CVA_DC_WARPS=w`) reduced to what the module's
+    /// `__launch_bounds__` (`DC_BLOCK_WARPS`: 12 for f64 16 < n <= 32, 1 elsewhere) and the
+    /// shared memory per block allow; at `w` = 1 [`Self::warp_geometry`] (one system per
+    /// block of 32 threads).
     fn dc_geometry(
         &self,
         kernel: &CompiledKernel,
@@ -402,7 +402,7 @@ impl GpuBatchSolver {
         let asked = std::env::var("CVA_DC_WARPS")
             .ok()
             .and_then(|v| v.parse::<usize>().ok())
-            .unwrap_or(1);
+            .unwrap_or(4);
         let f = kernel.function("divide_conquer");
         let max_warps = (f.max_threads_per_block()? as usize / 32).max(1);
         let limit = self.info.shared_per_block_optin;
