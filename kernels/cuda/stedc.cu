@@ -153,6 +153,8 @@
 #else
 #define ROLL_COLD
 #endif
+#define DC_PRAGMA(x) _Pragma(#x)
+#define DC_UNROLL_BY(k) DC_PRAGMA(unroll k)
 #if DC_UNROLL_HH
 #define UNROLL_HH _Pragma("unroll 4")
 #else
@@ -200,7 +202,14 @@
 #ifndef DC_QS_PREFETCH
 #define DC_QS_PREFETCH 0
 #endif
-#if DC_ROLL_HH
+// DC_HH_STEP_BY (development switch, default 0 = as DC_ROLL_HH says): the Householder
+// step loop unrolled by this factor (fewer backward jumps; built in round 9, not timed).
+#ifndef DC_HH_STEP_BY
+#define DC_HH_STEP_BY 0
+#endif
+#if DC_HH_STEP_BY > 0
+#define ROLL_HH DC_UNROLL_BY(DC_HH_STEP_BY)
+#elif DC_ROLL_HH
 #define ROLL_HH _Pragma("unroll 1")
 #else
 #define ROLL_HH
@@ -1776,7 +1785,30 @@ __device__ bool merge_level(int depth, real* d, const real* e, Ws& ws, const int
 // stedc: d (N) eigenvalues ascending on exit, e (N-1) destroyed, ws.z (N x LD)
 // eigenvectors. Returns false on failure (non-finite data, secular equation not
 // converged).
-__device__ bool stedc(real* d, real* e, Ws& ws, int lane) {
+// DC_BLOCK_WARPS (development switch, default 1): the most systems (warps) per block of
+// divide_conquer; the host picks how many (CVA_DC_WARPS), each warp works on its own
+// system in its own DC_WARP_BYTES of shared memory. DC_PHASE_SYNC (needs
+// DC_BLOCK_WARPS > 1): block-wide barriers at phase boundaries so that the warps of a
+// block run the same phase's code at once (1: after the Householder step, after stedc,
+// after x = Q v; 2: also after each merge level). Every warp passes DC_PHASE_BARS
+// barriers per system (a warp that finished early, failed or has no system pads).
+#ifndef DC_BLOCK_WARPS
+#define DC_BLOCK_WARPS (DC_SMALL_CODE ? 12 : 1)
+#endif
+#ifndef DC_PHASE_SYNC
+#define DC_PHASE_SYNC (DC_SMALL_CODE ? 2 : 0)
+#endif
+#if DC_BLOCK_WARPS > 1 && DC_PHASE_SYNC
+#define DC_PHASE_BARS (DC_PHASE_SYNC >= 2 ? 10 : 4)
+__device__ __forceinline__ void phase_sync(int& bars) {
+    __syncthreads();
+    ++bars;
+}
+#else
+__device__ __forceinline__ void phase_sync(int&) {}
+#endif
+
+__device__ bool stedc(real* d, real* e, Ws& ws, int lane, int& bars) {
     real* z = ws.z;
     bool bad = false;
     real anorm = 0;
@@ -1895,8 +1927,12 @@ __device__ bool stedc(real* d, real* e, Ws& ws, int lane) {
     }
     __syncwarp();
     // Merges, deepest first (a tree of at most 64 rows has merges at depths 0..4).
-    for (int depth = 5; depth >= 0; --depth)
+    for (int depth = 5; depth >= 0; --depth) {
         if (!merge_level(depth, d, e, ws, bs, bsz, lane)) return false;
+#if DC_PHASE_SYNC >= 2
+        phase_sync(bars);
+#endif
+    }
     // Blocks each come out ascending; merge them into one ascending order.
     if (blocks > 1) {
 #pragma unroll
@@ -2067,6 +2103,12 @@ __device__ real* carve(unsigned char* smem, real** a, Ws& ws) {
 #else
 #define DC_BOUNDS __launch_bounds__(32)
 #endif
+#if DC_BLOCK_WARPS > 1
+#undef DC_BOUNDS
+#define DC_BOUNDS __launch_bounds__(32 * DC_BLOCK_WARPS)
+// Bytes of shared memory per warp: dc_shared_bytes of kernels/src/cuda/solver.rs.
+constexpr int DC_WARP_BYTES = ((2 * N * (N | 1) + 11 * N) * (int)sizeof(real) + 7 * N * 4 + 15) / 16 * 16;
+#endif
 extern "C" __global__ void DC_BOUNDS
 ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, real* __restrict__ X,
                       GpuReport* __restrict__ rep, const unsigned int* __restrict__ idx, long long count,
@@ -2074,7 +2116,12 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, re
     extern __shared__ __align__(16) unsigned char smem_raw[];
     real* qa;
     Ws ws;
+#if DC_BLOCK_WARPS > 1
+    const int nw = blockDim.x >> 5;
+    real* vec = carve(smem_raw + (threadIdx.x >> 5) * DC_WARP_BYTES, &qa, ws);
+#else
     real* vec = carve(smem_raw, &qa, ws);
+#endif
     real* d = vec;
     real* e = d + N;
     real* v = e + N;
@@ -2086,7 +2133,18 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, re
     const real thr = (real)threshold;
     Reflectors refl;
 
+    int bars = 0;
+#if DC_BLOCK_WARPS > 1
+    for (long long k0 = (long long)blockIdx.x * nw; k0 < count; k0 += (long long)gridDim.x * nw) {
+        const long long k = k0 + (threadIdx.x >> 5);
+#if DC_PHASE_SYNC
+        bars = 0;
+#endif
+        if (k < count) {
+#else
     for (long long k = blockIdx.x; k < count; k += gridDim.x) {
+        {
+#endif
         const long long sys = idx ? (long long)idx[k] : k;
         const real* a = A + sys * (N * N);
         // Lower triangle (copy_lower) into both triangles, b; finiteness of the input.
@@ -2123,13 +2181,16 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, re
             }
             apply_q(qa, y, true, lane);
             save_reflectors(qa, refl, lane);
+            phase_sync(bars);
 #pragma unroll
             for (int s = 0; s < SLOTS; ++s) {
                 const int i = lane + 32 * s;
                 if (i < N) v[i] = y[s];
             }
             __syncwarp();
-            if (!stedc(d, e, ws, lane)) {
+            const bool sok = stedc(d, e, ws, lane, bars);
+            phase_sync(bars);
+            if (!sok) {
                 status = STATUS_FAILED;
             } else {
                 discarded = truncated_eigen_solve(d, ws.z, v, tmp, thr, lane);
@@ -2140,6 +2201,7 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, re
                     y[s] = i < N ? v[i] : (real)0;
                 }
                 apply_q_saved(refl, y, false, lane);
+                phase_sync(bars);
 #pragma unroll
                 for (int s = 0; s < SLOTS; ++s) {
                     const int i = lane + 32 * s;
@@ -2164,6 +2226,13 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, re
             rep[sys] = rp;
         }
         __syncwarp();
+        }
+#if DC_BLOCK_WARPS > 1 && DC_PHASE_SYNC
+        // Pad to DC_PHASE_BARS barriers (at least one: the end of the system).
+        do {
+            __syncthreads();
+        } while (++bars < DC_PHASE_BARS);
+#endif
     }
 }
 
@@ -2186,7 +2255,8 @@ ENTRY(stedc_batched)(const real* __restrict__ D, const real* __restrict__ E, rea
             e[i] = E[k * N + i];
         }
         __syncwarp();
-        const bool ok = stedc(d, e, ws, lane);
+        int bars = 0;
+        const bool ok = stedc(d, e, ws, lane, bars);
         for (int i = lane; i < N; i += 32) lambda[k * N + i] = ok ? d[i] : real_nan();
         for (int c = 0; c < N; ++c)
             for (int r = lane; r < N; r += 32) Z[k * N * N + r + c * N] = ok ? ws.z[r + c * LD] : real_nan();

@@ -387,6 +387,58 @@ impl GpuBatchSolver {
         Ok((cfg, info))
     }
 
+    /// Launch geometry of `divide_conquer`: `w` systems per block of `32 w` threads and
+    /// `w * smem` bytes, `ceil(count / w)` blocks up to 2^22, with `w` = 4 (round 9;
+    /// development override `CVA_DC_WARPS=w`) reduced to what the module's
+    /// `__launch_bounds__` (`DC_BLOCK_WARPS`: 12 for f64 16 < n <= 32, 1 elsewhere) and the
+    /// shared memory per block allow; at `w` = 1 [`Self::warp_geometry`] (one system per
+    /// block of 32 threads).
+    fn dc_geometry(
+        &self,
+        kernel: &CompiledKernel,
+        smem: usize,
+        count: usize,
+    ) -> Result<(LaunchConfig, LaunchInfo), GpuError> {
+        let asked = std::env::var("CVA_DC_WARPS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(4);
+        let f = kernel.function("divide_conquer");
+        let max_warps = (f.max_threads_per_block()? as usize / 32).max(1);
+        let limit = self.info.shared_per_block_optin;
+        let fit = (limit.saturating_sub(kernel.static_shared_bytes as usize) / smem.max(1)).max(1);
+        let warps = asked.min(max_warps).min(fit).max(1);
+        if warps == 1 {
+            return self.warp_geometry(kernel, "divide_conquer", smem, count);
+        }
+        let bytes = warps * smem;
+        f.set_attribute(
+            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            bytes as i32,
+        )?;
+        let threads = 32 * warps as u32;
+        let blocks_per_sm =
+            f.occupancy_max_active_blocks_per_multiprocessor(threads, bytes, None)?;
+        let grid = count.div_ceil(warps).clamp(1, 1 << 22) as u32;
+        let cfg = LaunchConfig {
+            grid_dim: (grid, 1, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: bytes as u32,
+        };
+        let info = LaunchInfo {
+            kernel: format!("{}::divide_conquer", kernel.key.label()),
+            nstar: 32,
+            block_threads: threads,
+            grid_blocks: grid,
+            shared_bytes_per_block: bytes + kernel.static_shared_bytes as usize,
+            registers: kernel.registers,
+            local_bytes: kernel.local_bytes,
+            blocks_per_sm,
+            warps_per_sm: blocks_per_sm * warps as u32,
+        };
+        Ok((cfg, info))
+    }
+
     /// Householder + divide and conquer + truncated solve (`divide_conquer` of
     /// `cuda/stedc.cu`) on the systems `idx[k]`, `k < count` (`None`: systems
     /// `0..count`); writes their `x` and reports only.
@@ -409,7 +461,7 @@ impl GpuBatchSolver {
             CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
             100,
         )?;
-        let (cfg, info) = self.warp_geometry(kernel, "divide_conquer", smem, count)?;
+        let (cfg, info) = self.dc_geometry(kernel, smem, count)?;
         if count == 0 {
             return Ok(info);
         }
