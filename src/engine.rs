@@ -22,7 +22,9 @@ use std::time::{Duration, Instant};
 /// Bytes of inner-path storage the engine allows itself per chunk of outer paths.
 const CHUNK_MEMORY: usize = 256 << 20;
 
-/// Wall time spent in each phase of a run.
+/// Time spent in each phase of a run: wall time on the CPU; on the GPU, device time per
+/// stream (the path kernels run on a stream of their own beside the others, so there the
+/// phases can add up to more than the run's wall time).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PhaseTimings {
     /// Outer and inner path generation.
