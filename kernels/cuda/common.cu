@@ -188,21 +188,15 @@ __device__ __forceinline__ bool group_any(bool p, const Group& g, int* iscratch)
 #endif
 }
 
-// Asynchronous global -> shared copy of one element (cp.async, sm_80+): the data
-// travels without registers and the copy overlaps the work on the previous system.
+// Asynchronous global -> shared copy of one element (async_copy.cu): the data travels
+// without registers and the copy overlaps the work on the previous system.
 __device__ __forceinline__ void cp_async_elem(real* dst, const real* src) {
-    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
 #if REAL_F64
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(d), "l"(src) : "memory");
+    async_copy8(dst, src);
 #else
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src) : "memory");
+    async_copy4(dst, src);
 #endif
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Waits until at most `pending` (0 or 1) of this thread's most recent copy groups are
-// still in flight.
-template <int pending>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(pending) : "memory"); }
 
 // Starts copying the lower triangle of the column-major n x n matrix at gA into the
 // packed column-major array sA (column by column, coalesced), and b into sB. Nothing is

@@ -61,39 +61,6 @@ struct EngineTiles {
     int tile, bufs, m, d, ds, lane;
 };
 
-// 8- and 16-byte asynchronous copies global -> shared (plain copies before sm_80).
-__device__ __forceinline__ void engine_copy8(double* dst, const double* src) {
-#if __CUDA_ARCH__ >= 800
-    const unsigned a = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(a), "l"(src) : "memory");
-#else
-    *dst = *src;
-#endif
-}
-
-__device__ __forceinline__ void engine_copy16(double* dst, const double* src) {
-#if __CUDA_ARCH__ >= 800
-    const unsigned a = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(a), "l"(src) : "memory");
-#else
-    dst[0] = src[0];
-    dst[1] = src[1];
-#endif
-}
-
-__device__ __forceinline__ void engine_copy_commit() {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-
-template <int pending>
-__device__ __forceinline__ void engine_copy_wait() {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;" ::"n"(pending) : "memory");
-#endif
-}
-
 // Issues the copy of tile t (inner paths 32 t .. 32 t + rows) into buffer t % bufs and
 // commits it as one group. When the rows are stored without padding (ds == d) and the
 // tile is 16-byte aligned with an even count of doubles, in 16-byte pieces; otherwise
@@ -105,13 +72,13 @@ __device__ __forceinline__ void engine_tile_issue(const EngineTiles& T, int t) {
     double* dst = T.buf + (t % T.bufs) * T.tile;
     const int total = rows * T.d;
     if (T.ds == T.d && ((((unsigned long long)src) & 15ull) == 0) && (total & 1) == 0) {
-        for (int e = 2 * T.lane; e < total; e += 64) engine_copy16(dst + e, src + e);
+        for (int e = 2 * T.lane; e < total; e += 64) async_copy16(dst + e, src + e);
     } else {
         const int qd = 32 / T.d, rd = 32 % T.d;
         int r = T.lane / T.d;
         int i = T.lane - r * T.d;
         for (int e = T.lane; e < total; e += 32) {
-            engine_copy8(dst + r * T.ds + i, src + e);
+            async_copy8(dst + r * T.ds + i, src + e);
             r += qd;
             i += rd;
             if (i >= T.d) {
@@ -120,7 +87,7 @@ __device__ __forceinline__ void engine_tile_issue(const EngineTiles& T, int t) {
             }
         }
     }
-    engine_copy_commit();
+    async_copy_commit();
 }
 
 // Starts a pass over the tiles (every lane of the warp calls it).
@@ -139,9 +106,9 @@ __device__ __forceinline__ const double* engine_tile_row(const EngineTiles& T, i
     if (T.buf == nullptr) return T.src + (long long)(mm0 + T.lane) * T.d;
     if (T.bufs == 2 && mm0 + 32 < T.m) {
         engine_tile_issue(T, t + 1);
-        engine_copy_wait<1>();
+        async_copy_wait<1>();
     } else {
-        engine_copy_wait<0>();
+        async_copy_wait<0>();
     }
     __syncwarp();
     return T.buf + (t % T.bufs) * T.tile + T.lane * T.ds;

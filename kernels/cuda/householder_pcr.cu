@@ -407,7 +407,7 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
 #if !HH_SINGLE
     prefetch_system(A + (g.sys < batch ? g.sys : 0) * (N * N), B + (g.sys < batch ? g.sys : 0) * N, sbase, sB0, g,
                     g.sys < batch);
-    cp_async_commit();
+    async_copy_commit();
 #endif
 #pragma unroll 1
     for (long long tile = blockIdx.x, it = 0; tile * spb < batch; tile += gridDim.x, ++it, g.sys += stride) {
@@ -415,15 +415,15 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
     const int buf = 0;
     prefetch_system(A + (g.sys < batch ? g.sys : 0) * (N * N), B + (g.sys < batch ? g.sys : 0) * N, sbase, sB0, g,
                     g.sys < batch);
-    cp_async_commit();
-    cp_async_wait<0>();
+    async_copy_commit();
+    async_copy_wait<0>();
 #else
     const long long next = g.sys + stride;
     const int buf = it & 1;
     prefetch_system(A + (next < batch ? next : 0) * (N * N), B + (next < batch ? next : 0) * N,
                     sbase + (buf ^ 1) * PA, sB0 + (buf ^ 1) * N, g, next < batch);
-    cp_async_commit();
-    cp_async_wait<1>();
+    async_copy_commit();
+    async_copy_wait<1>();
 #endif
     group_sync();
     const real* sA = sbase + buf * PA;
@@ -681,8 +681,8 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
     // The original A again for the residual (the copy is in L2 by now, as a rule).
     group_sync();
     prefetch_system(A + sys * (N * N), B + sys * N, sbase + buf * PA, sB0 + buf * N, g, active);
-    cp_async_commit();
-    cp_async_wait<0>();
+    async_copy_commit();
+    async_copy_wait<0>();
 #else
 #pragma unroll
     for (int i = N - 2; i >= 0; --i) {
@@ -736,5 +736,5 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
     group_sync();
 #endif
     }
-    cp_async_wait<0>();
+    async_copy_wait<0>();
 }

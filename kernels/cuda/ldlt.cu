@@ -557,12 +557,12 @@ ENTRY(ldlt_group)(const real* __restrict__ A, const real* __restrict__ B, real* 
 
     prefetch_system(A + (g.sys < batch ? g.sys : 0) * (N * N), B + (g.sys < batch ? g.sys : 0) * N, sbase, sB0, g,
                     g.sys < batch);
-    cp_async_commit();
+    async_copy_commit();
 #pragma unroll 1
     for (long long tile = blockIdx.x, it = 0; tile * spb < batch; tile += gridDim.x, ++it, g.sys += stride) {
         const int buf = it & 1;
         const long long next = g.sys + stride;
-        cp_async_wait<0>();
+        async_copy_wait<0>();
         group_sync();
         const real* sA = sbase + buf * BUF;
         real* sW = sbase + (buf ^ 1) * BUF;
@@ -702,7 +702,7 @@ ENTRY(ldlt_group)(const real* __restrict__ A, const real* __restrict__ B, real* 
         // W is dead: its buffer receives the next system while the residual is computed.
         prefetch_system(A + (next < batch ? next : 0) * (N * N), B + (next < batch ? next : 0) * N, sW,
                         sB0 + (buf ^ 1) * N, g, next < batch);
-        cp_async_commit();
+        async_copy_commit();
 
         RowVals rv;
         rv.q = 0;
@@ -749,7 +749,7 @@ ENTRY(ldlt_group)(const real* __restrict__ A, const real* __restrict__ B, real* 
         // Everyone is done with this buffer before the next iteration refills it.
         group_sync();
     }
-    cp_async_wait<0>();
+    async_copy_wait<0>();
 }
 
 #else  // one thread per system

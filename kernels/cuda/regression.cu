@@ -57,47 +57,6 @@ typedef float real;
 #define MADD(a, b, acc) ((acc) + (a) * (b))
 #endif
 
-// 8-byte asynchronous copy global -> shared (sm_80 and later; a plain copy before).
-__device__ __forceinline__ void copy_async8(double* dst, const double* src) {
-#if __CUDA_ARCH__ >= 800
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("{\n\t.reg .u64 g;\n\tcvta.to.global.u64 g, %1;\n\tcp.async.ca.shared.global [%0], [g], 8;\n\t}"
-                 :
-                 : "r"(d), "l"(src)
-                 : "memory");
-#else
-    *dst = *src;
-#endif
-}
-
-// 16-byte asynchronous copy global -> shared, both addresses 16-byte aligned (bypasses
-// L1: every state is read once).
-__device__ __forceinline__ void copy_async16(double* dst, const double* src) {
-#if __CUDA_ARCH__ >= 800
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("{\n\t.reg .u64 g;\n\tcvta.to.global.u64 g, %1;\n\tcp.async.cg.shared.global [%0], [g], 16;\n\t}"
-                 :
-                 : "r"(d), "l"(src)
-                 : "memory");
-#else
-    dst[0] = src[0];
-    dst[1] = src[1];
-#endif
-}
-
-// The same on addresses already in the shared and global windows.
-__device__ __forceinline__ void copy_async16_raw(unsigned dst, unsigned long long src) {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" : : "r"(dst), "l"(src) : "memory");
-#endif
-}
-
-__device__ __forceinline__ void copy_async_commit() {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-
 // The warp's asynchronous copy of ne doubles from s (global) to dst (shared): 16-byte
 // pieces where vec (both 16-byte aligned), a full chunk (ne == FULL) unrolled with
 // immediate offsets, 8-byte pieces otherwise. Every lane of the warp calls it.
@@ -110,15 +69,15 @@ __device__ __forceinline__ void warp_copy_async(double* dst, const double* s, in
         const unsigned long long gl = (unsigned long long)__cvta_generic_to_global(s + 2 * lane);
 #pragma unroll
         for (int i = 0; i < (FULL / 2 + 31) / 32; ++i)
-            if (2 * (lane + 32 * i) < FULL) copy_async16_raw(dl + 512 * i, gl + 512 * i);
+            if (2 * (lane + 32 * i) < FULL) async_copy16_raw(dl + 512 * i, gl + 512 * i);
 #else
-        for (int r = 2 * lane; r < FULL; r += 64) copy_async16(dst + r, s + r);
+        for (int r = 2 * lane; r < FULL; r += 64) async_copy16(dst + r, s + r);
 #endif
     } else if (vec) {
-        for (int r = 2 * lane; r + 1 < ne; r += 64) copy_async16(dst + r, s + r);
-        if ((ne & 1) && lane == 0) copy_async8(dst + ne - 1, s + ne - 1);
+        for (int r = 2 * lane; r + 1 < ne; r += 64) async_copy16(dst + r, s + r);
+        if ((ne & 1) && lane == 0) async_copy8(dst + ne - 1, s + ne - 1);
     } else {
-        for (int r = lane; r < ne; r += 32) copy_async8(dst + r, s + r);
+        for (int r = lane; r < ne; r += 32) async_copy8(dst + r, s + r);
     }
 }
 
@@ -153,13 +112,6 @@ __device__ __forceinline__ void named_sync(int id) {
 
 __device__ __forceinline__ void named_arrive(int id) {
     asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(THREADS) : "memory");
-}
-
-template <int PENDING>
-__device__ __forceinline__ void copy_async_wait() {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");
-#endif
 }
 
 // The 4 values of tile row `q` of a psi row (elements 4q .. 4q + 3).
@@ -273,16 +225,16 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
             const double* s = sl + (long long)p0 * D;
             double* dst = raw + sb * (TC_CHUNK * D);
             warp_copy_async<TC_CHUNK * D>(dst, s, ne, np == TC_CHUNK, vec, lane);
-            if (lane < np) copy_async8(yraw + sb * TC_CHUNK + lane, yl + p0 + lane);
+            if (lane < np) async_copy8(yraw + sb * TC_CHUNK + lane, yl + p0 + lane);
         }
-        copy_async_commit();
+        async_copy_commit();
     };
     for (int c = 0; c < STAGES - 1; ++c) stage(c);
 #pragma unroll 1
     for (int c = 0; c < chunks; ++c) {
         __syncwarp();  // every lane is done with the buffer chunk c + STAGES - 1 reuses
         stage(c + STAGES - 1);
-        copy_async_wait<STAGES - 1>();  // chunk c's group is complete
+        async_copy_wait<STAGES - 1>();  // chunk c's group is complete
         __syncwarp();                   // and visible to the whole warp
         const double* rb = raw + (c % STAGES) * (TC_CHUNK * D);
         const double* yb = yraw + (c % STAGES) * TC_CHUNK;
@@ -430,9 +382,9 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
                     warp_copy_async<P * D>(dst, s, ne, np == P, vec, lane);
                 }
                 if (g < G && l0 + g < batch && p < np)
-                    copy_async8(yraw + (sb * G + g) * P + p, y + (l0 + g) * m + p0 + p);
+                    async_copy8(yraw + (sb * G + g) * P + p, y + (l0 + g) * m + p0 + p);
             }
-            copy_async_commit();
+            async_copy_commit();
         };
         if (lane == 0)
             for (int j = 0; j < GROUPS_PER_WARP; ++j)
@@ -443,7 +395,7 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
             const int buf = c & 1, sb = c % STAGES, np = min(P, m - c * P);
             __syncwarp();  // every lane is done with the stage buffer chunk c + STAGES - 1 reuses
             stage(c + STAGES - 1);
-            copy_async_wait<STAGES - 1>();  // chunk c's group is complete
+            async_copy_wait<STAGES - 1>();  // chunk c's group is complete
             __syncwarp();  // chunk c's copies by every lane of the warp are visible
             const double* rb = raw + sb * (G * P * D);
             const double* yb = yraw + sb * (G * P);

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::ffi::{c_char, CString};
 use std::sync::{Arc, Mutex};
 
+const ASYNC_COPY_CU: &str = include_str!("../../cuda/async_copy.cu");
 const COMMON_CU: &str = include_str!("../../cuda/common.cu");
 const RCP_CU: &str = include_str!("../../cuda/rcp.cu");
 const LDLT_CU: &str = include_str!("../../cuda/ldlt.cu");
@@ -55,6 +56,12 @@ pub(crate) fn source_file(name: &str, embedded: &'static str) -> String {
             .unwrap_or_else(|_| embedded.to_string()),
         None => embedded.to_string(),
     }
+}
+
+/// `cuda/async_copy.cu` (the cp.async helpers shared by the solver, build and engine
+/// modules), to be placed before the source that uses it.
+pub(crate) fn async_copy_source() -> String {
+    source_file("async_copy.cu", ASYNC_COPY_CU)
 }
 
 impl KernelFamily {
@@ -145,6 +152,7 @@ impl KernelKey {
                 s += "#define VEC_OK 1\n";
             }
         }
+        s += &async_copy_source();
         s += &source_file("common.cu", COMMON_CU);
         s += &self.family.source();
         s

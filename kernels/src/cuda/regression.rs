@@ -29,7 +29,7 @@
 //! Outer paths with no entering path get `A = 0`, `b = 0`, count 0. The upper triangle
 //! of `A` is not written.
 
-use super::module::{compile_cubin, source_file};
+use super::module::{async_copy_source, compile_cubin, source_file};
 use super::solver::GpuReal;
 use super::GpuError;
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
@@ -342,8 +342,9 @@ pub fn regression_source(
     let (real_f64, min_blocks, use_fma) = (u32::from(f64), min_blocks(threads), u32::from(fma));
     let prefetch = u32::from(prefetch);
     format!(
-        "#define REAL_F64 {real_f64}\n#define N {n}\n#define DEG {deg}\n#define G {g}\n#define P {p}\n#define STAGES {stages}\n#define THREADS {threads}\n#define MIN_BLOCKS {min_blocks}\n#define USE_FMA {use_fma}\n#define TILE_PREFETCH {prefetch}\n#define D {assets}\n#define TENSOR_CORES 0\n{}{}",
+        "#define REAL_F64 {real_f64}\n#define N {n}\n#define DEG {deg}\n#define G {g}\n#define P {p}\n#define STAGES {stages}\n#define THREADS {threads}\n#define MIN_BLOCKS {min_blocks}\n#define USE_FMA {use_fma}\n#define TILE_PREFETCH {prefetch}\n#define D {assets}\n#define TENSOR_CORES 0\n{}{}{}",
         payoff.enters_source(),
+        async_copy_source(),
         source_file("regression.cu", REGRESSION_CU)
     )
 }
@@ -361,8 +362,9 @@ pub fn regression_source_tensor_cores(
 ) -> String {
     let threads = 32 * w;
     format!(
-        "#define REAL_F64 1\n#define N {n}\n#define DEG {deg}\n#define W {w}\n#define G {w}\n#define P {TENSOR_CORE_CHUNK}\n#define STAGES {stages}\n#define THREADS {threads}\n#define MIN_BLOCKS {min_blocks}\n#define USE_FMA 1\n#define TILE_PREFETCH 0\n#define D {assets}\n#define TENSOR_CORES 1\n{}{}",
+        "#define REAL_F64 1\n#define N {n}\n#define DEG {deg}\n#define W {w}\n#define G {w}\n#define P {TENSOR_CORE_CHUNK}\n#define STAGES {stages}\n#define THREADS {threads}\n#define MIN_BLOCKS {min_blocks}\n#define USE_FMA 1\n#define TILE_PREFETCH 0\n#define D {assets}\n#define TENSOR_CORES 1\n{}{}{}",
         payoff.enters_source(),
+        async_copy_source(),
         source_file("regression.cu", REGRESSION_CU)
     )
 }
