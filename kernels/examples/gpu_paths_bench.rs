@@ -317,34 +317,48 @@ fn run(report: Option<String>) -> Result<(), GpuError> {
             assets: D,
             inner_paths: M,
         };
-        let tiles = |paths_per_chunk, stages, fma, prefetch| RegressionConfig {
-            paths_per_chunk,
-            stages,
-            fma,
-            prefetch,
-            tensor_cores: false,
-            ..Default::default()
-        };
-        let tc = |stages, regressions_per_block| RegressionConfig {
-            stages,
-            regressions_per_block,
-            tensor_cores: true,
-            ..Default::default()
-        };
         // (name, config, in the quick set)
         let variants = [
             ("TC", RegressionConfig::default(), true),
-            ("TC S3", tc(3, None), true),
-            ("TC S4", tc(4, None), true),
-            ("TC S2 W7", tc(2, Some(7)), true),
-            ("TC S2 W14", tc(2, Some(14)), true),
-            ("TC S3 W3", tc(3, Some(3)), true),
-            ("tiles P16", tiles(16, 2, false, false), true),
-            ("tiles P16 fma", tiles(16, 2, true, false), false),
-            ("tiles P16 S4", tiles(16, 4, false, false), false),
-            ("tiles P32", tiles(32, 2, false, false), false),
-            ("tiles P8", tiles(8, 2, false, false), false),
-            ("tiles P16 pf", tiles(16, 2, false, true), false),
+            ("TC S3", RegressionConfig::tensor_cores(3, None), true),
+            ("TC S4", RegressionConfig::tensor_cores(4, None), true),
+            ("TC S2 W7", RegressionConfig::tensor_cores(2, Some(7)), true),
+            (
+                "TC S2 W14",
+                RegressionConfig::tensor_cores(2, Some(14)),
+                true,
+            ),
+            ("TC S3 W3", RegressionConfig::tensor_cores(3, Some(3)), true),
+            (
+                "tiles P16",
+                RegressionConfig::tiles(16, 2, false, false),
+                true,
+            ),
+            (
+                "tiles P16 fma",
+                RegressionConfig::tiles(16, 2, true, false),
+                false,
+            ),
+            (
+                "tiles P16 S4",
+                RegressionConfig::tiles(16, 4, false, false),
+                false,
+            ),
+            (
+                "tiles P32",
+                RegressionConfig::tiles(32, 2, false, false),
+                false,
+            ),
+            (
+                "tiles P8",
+                RegressionConfig::tiles(8, 2, false, false),
+                false,
+            ),
+            (
+                "tiles P16 pf",
+                RegressionConfig::tiles(16, 2, false, true),
+                false,
+            ),
         ];
         for (v, cfg, in_quick) in variants {
             if quick() && !in_quick {

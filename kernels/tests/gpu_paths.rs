@@ -687,35 +687,21 @@ fn regression_cases() -> Vec<(&'static str, RegressionSpec, usize)> {
 fn regression_matches_cpu<T: GpuReal>(tol: f64) {
     let Some(stream) = stream() else { return };
     let mut failures = Vec::new();
-    let tiles = |paths_per_chunk, stages, fma, prefetch| RegressionConfig {
-        fma,
-        paths_per_chunk,
-        stages,
-        prefetch,
-        tensor_cores: false,
-        ..Default::default()
-    };
-    let tensor_cores = |stages, regressions_per_block| RegressionConfig {
-        stages,
-        regressions_per_block,
-        tensor_cores: true,
-        ..Default::default()
-    };
     let configs = [
-        tiles(16, 3, false, false),
-        tiles(16, 3, true, false),
-        tiles(16, 2, false, false),
-        tiles(16, 2, false, true),
-        tiles(16, 4, false, false),
-        tiles(32, 3, false, false),
-        tiles(8, 5, false, false),
-        tiles(8, 2, false, true),
-        tiles(1, 2, false, false),
-        tiles(1, 8, false, true),
-        tensor_cores(2, None),
-        tensor_cores(3, None),
-        tensor_cores(4, Some(1)),
-        tensor_cores(8, Some(3)),
+        RegressionConfig::tiles(16, 3, false, false),
+        RegressionConfig::tiles(16, 3, true, false),
+        RegressionConfig::tiles(16, 2, false, false),
+        RegressionConfig::tiles(16, 2, false, true),
+        RegressionConfig::tiles(16, 4, false, false),
+        RegressionConfig::tiles(32, 3, false, false),
+        RegressionConfig::tiles(8, 5, false, false),
+        RegressionConfig::tiles(8, 2, false, true),
+        RegressionConfig::tiles(1, 2, false, false),
+        RegressionConfig::tiles(1, 8, false, true),
+        RegressionConfig::tensor_cores(2, None),
+        RegressionConfig::tensor_cores(3, None),
+        RegressionConfig::tensor_cores(4, Some(1)),
+        RegressionConfig::tensor_cores(8, Some(3)),
         RegressionConfig::default(),
     ];
     for (i, (name, spec, batch)) in regression_cases().into_iter().enumerate() {

@@ -219,6 +219,30 @@ impl Default for RegressionConfig {
 }
 
 impl RegressionConfig {
+    /// The tile kernel (no tensor cores) with `paths_per_chunk` paths per chunk, `stages`
+    /// stage buffers, FMA and prefetch as given, the block shape chosen per device.
+    pub fn tiles(paths_per_chunk: usize, stages: usize, fma: bool, prefetch: bool) -> Self {
+        Self {
+            paths_per_chunk,
+            stages,
+            fma,
+            prefetch,
+            tensor_cores: false,
+            ..Self::default()
+        }
+    }
+
+    /// The f64 tensor-core kernel with `stages` chunks of 32 paths and
+    /// `regressions_per_block` warps per block (`None`: chosen per device).
+    pub fn tensor_cores(stages: usize, regressions_per_block: Option<usize>) -> Self {
+        Self {
+            stages,
+            regressions_per_block,
+            tensor_cores: true,
+            ..Self::default()
+        }
+    }
+
     /// The default configuration with the tuning overrides of the environment applied:
     /// `CVA_GPU_BUILD_PATHS_PER_CHUNK`, `CVA_GPU_BUILD_STAGES`,
     /// `CVA_GPU_BUILD_REGRESSIONS_PER_BLOCK` (integers), `CVA_GPU_BUILD_PREFETCH` and
