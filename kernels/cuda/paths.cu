@@ -82,9 +82,9 @@ __device__ __forceinline__ double uniform_open(unsigned u) {
 // (double arithmetic simulated exactly, 20,000 arguments each): log 0.77, sin 0.67,
 // cos 0.70, exp 0.93 ulp at most. The CPU's libm is itself within an ulp, so normals and
 // states stay within a few ulps of the CPU's, as with CUDA's functions. PATHS_MATH 0
-// takes CUDA's log, sincos and exp instead (for comparison). The coefficients are
-// compile-time constants; loading them once into registers was measured no faster
-// (152 registers: one block fewer per SM).
+// takes CUDA's log, sincos and exp instead (for comparison). The coefficients live in
+// constant memory (PATHS_K_CONST below); loading them once into registers was measured no
+// faster (152 registers: one block fewer per SM).
 #ifndef PATHS_MATH
 #define PATHS_MATH 1
 #endif
@@ -130,6 +130,16 @@ __device__ __forceinline__ MathK math_k() {
     return k;
 }
 
+// The functions below read the coefficients from the __constant__ copy PATHS_K_CONST
+// (one uniform constant load each), not as literals: the compiler materialises a 64-bit
+// literal with two uniform moves before every use (about 48 issued instructions per state
+// at basket29's d = 29, in a kernel bound by instruction issue). Same values, same
+// operations, same bits. Measured (H100, basket29 100k, one stream): path phase 0.327 ->
+// 0.318 s (benches/RESULTS.md, "GPU inner paths, round 5"). The `k` arguments are kept
+// for the signature only.
+__constant__ MathK PATHS_K_CONST = {{PATHS_K_VALUES}};
+#define KC(k, i) (PATHS_K_CONST.c[i])
+
 __device__ __forceinline__ double log_unit(double x, const MathK& k) {
 #if PATHS_MATH
     int hx = __double2hiint(x);
@@ -145,11 +155,11 @@ __device__ __forceinline__ double log_unit(double x, const MathK& k) {
     y = fma(y, fma(e, e, e), y);
     const double s = f * y;
     const double z = s * s;
-    double p = k.c[K_LGP + 6];
+    double p = KC(k, K_LGP + 6);
 #pragma unroll
-    for (int j = 5; j >= 0; --j) p = fma(p, z, k.c[K_LGP + j]);
+    for (int j = 5; j >= 0; --j) p = fma(p, z, KC(k, K_LGP + j));
     const double hf = (0.5 * f) * f;
-    const double t = fma(s, hf + z * p, kd * k.c[K_LN2_LO]);
+    const double t = fma(s, hf + z * p, kd * KC(k, K_LN2_LO));
     return fma(kd, LN2_HI, f - (hf - t));
 #else
     return log(x);
@@ -158,22 +168,22 @@ __device__ __forceinline__ double log_unit(double x, const MathK& k) {
 
 __device__ __forceinline__ void sincos_turn(double a, const MathK& k, double* sp, double* cp) {
 #if PATHS_MATH
-    const double t = fma(a, k.c[K_2OPI], ROUND_MAGIC);
+    const double t = fma(a, KC(k, K_2OPI), ROUND_MAGIC);
     const double qd = t - ROUND_MAGIC;
     const int q = __double2loint(t);
-    const double rh = fma(-qd, k.c[K_PIO2_HI], a);
-    const double cc = -qd * k.c[K_PIO2_MID];
+    const double rh = fma(-qd, KC(k, K_PIO2_HI), a);
+    const double cc = -qd * KC(k, K_PIO2_MID);
     const double z = rh * rh;
     const double ez = fma(rh, rh, -z);
     const double h = 0.5 * z;
     const double w = 1.0 - h;
-    double ps = k.c[K_SIN + 6];
+    double ps = KC(k, K_SIN + 6);
 #pragma unroll
-    for (int j = 5; j >= 0; --j) ps = fma(ps, z, k.c[K_SIN + j]);
+    for (int j = 5; j >= 0; --j) ps = fma(ps, z, KC(k, K_SIN + j));
     const double sr = rh + fma(rh * z, ps, cc * w);
-    double pc = k.c[K_COS + 5];
+    double pc = KC(k, K_COS + 5);
 #pragma unroll
-    for (int j = 4; j >= 0; --j) pc = fma(pc, z, k.c[K_COS + j]);
+    for (int j = 4; j >= 0; --j) pc = fma(pc, z, KC(k, K_COS + j));
     double tail = (1.0 - w) - h;
     tail = fma(-0.5, ez, tail);
     tail = fma(-cc, rh, tail);
@@ -195,14 +205,14 @@ __device__ __forceinline__ double exp_step(double x, const MathK& k) {
 #if PATHS_EXP_FALLBACK
     if (!(fabs(x) < 708.0)) return exp_outside(x);
 #endif
-    const double t = fma(x, k.c[K_LOG2E], ROUND_MAGIC);
+    const double t = fma(x, KC(k, K_LOG2E), ROUND_MAGIC);
     const double nd = t - ROUND_MAGIC;
     const int n = __double2loint(t);
     double r = fma(-nd, LN2_HI, x);
-    r = fma(-nd, k.c[K_LN2_LO], r);
-    double q = k.c[K_EXQ + 10];
+    r = fma(-nd, KC(k, K_LN2_LO), r);
+    double q = KC(k, K_EXQ + 10);
 #pragma unroll
-    for (int j = 9; j >= 0; --j) q = fma(q, r, k.c[K_EXQ + j]);
+    for (int j = 9; j >= 0; --j) q = fma(q, r, KC(k, K_EXQ + j));
     const double p = 1.0 + fma(r * q, r, r);
     return __hiloint2double(__double2hiint(p) + (n << 20), __double2loint(p));
 #else
