@@ -824,8 +824,14 @@ impl GpuBatchSolver {
             _ if nstar > 32 => vec![(64, 1, key.sys_stride as usize * eb)],
             _ => {
                 let spw = tuning::systems_per_warp(nstar);
-                [1usize, 2, 4]
-                    .iter()
+                // Development override (Householder + PCR): warps per block.
+                let hh_warps = (key.family == KernelFamily::HouseholderPcr)
+                    .then(|| std::env::var("CVA_HH_WARPS").ok())
+                    .flatten()
+                    .and_then(|v| v.parse::<usize>().ok())
+                    .filter(|w| [1, 2, 4].contains(w));
+                let ws: Vec<usize> = hh_warps.map_or(vec![1, 2, 4], |w| vec![w]);
+                ws.iter()
                     .map(|&w| {
                         (
                             (32 * w) as u32,
