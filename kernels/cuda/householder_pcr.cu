@@ -216,16 +216,6 @@ __device__ __forceinline__ void hh_dlarfg(real xs, real alpha, real& tau, real& 
 #endif
 }
 
-// HH_PHASE_SYNC (development switch, default 0; rolled kernel with one tile per block):
-// block-wide barriers in the tridiagonalization, 1 after every step, 2 after every phase
-// of HH_ROLL steps, so that the warps of a multi-warp block (the host's CVA_HH_WARPS)
-// run the same code at the same time (the divide and conquer kernel's block layout,
-// benches/RESULTS.md rounds 9 and 11). Every thread of the block runs every step (systems
-// past the batch run the identity), so the barriers are reached uniformly.
-#ifndef HH_PHASE_SYNC
-#define HH_PHASE_SYNC 0
-#endif
-
 #if HH_ROLL > 0
 // One reflector step i (runtime, B <= i < B + HH_ROLL, i <= N - 2) of phase B.
 template <int B>
@@ -376,15 +366,7 @@ __device__ __forceinline__ void hh_phases(real (&a)[R][N], real (&b)[R], real* s
                                           real* stau, real* sA, real* sc, const Group& g, real* red_scratch) {
     constexpr int E = (B + HH_ROLL < N - 1) ? B + HH_ROLL : N - 1;
 #pragma unroll 1
-    for (int i = B; i < E; ++i) {
-        hh_step<B>(i, a, b, sv, sw, sd, se, stau, sA, sc, g, red_scratch);
-#if HH_PHASE_SYNC == 1
-        __syncthreads();
-#endif
-    }
-#if HH_PHASE_SYNC == 2
-    __syncthreads();
-#endif
+    for (int i = B; i < E; ++i) hh_step<B>(i, a, b, sv, sw, sd, se, stau, sA, sc, g, red_scratch);
     if constexpr (E < N - 1) hh_phases<E>(a, b, sv, sw, sd, se, stau, sA, sc, g, red_scratch);
 }
 #endif

@@ -824,13 +824,22 @@ impl GpuBatchSolver {
             _ if nstar > 32 => vec![(64, 1, key.sys_stride as usize * eb)],
             _ => {
                 let spw = tuning::systems_per_warp(nstar);
+                let hh = key.family == KernelFamily::HouseholderPcr;
+                // Householder + PCR's rolled kernel (f64, n* = 16, 30 <= n <= 32): 4 warps
+                // per block on ties (f64 n = 30: 76.1 -> 77.8 M systems/s, H100,
+                // benches/RESULTS.md round 13); elsewhere the fewest threads on ties.
+                let order = if hh && key.f64 && nstar == 16 && (30..=32).contains(&n) {
+                    vec![4, 2, 1]
+                } else {
+                    vec![1, 2, 4]
+                };
                 // Development override (Householder + PCR): warps per block.
-                let hh_warps = (key.family == KernelFamily::HouseholderPcr)
+                let hh_warps = hh
                     .then(|| std::env::var("CVA_HH_WARPS").ok())
                     .flatten()
                     .and_then(|v| v.parse::<usize>().ok())
                     .filter(|w| [1, 2, 4].contains(w));
-                let ws: Vec<usize> = hh_warps.map_or(vec![1, 2, 4], |w| vec![w]);
+                let ws: Vec<usize> = hh_warps.map_or(order, |w| vec![w]);
                 ws.iter()
                     .map(|&w| {
                         (
@@ -854,7 +863,7 @@ impl GpuBatchSolver {
                 )?;
             }
             let blocks = f.occupancy_max_active_blocks_per_multiprocessor(threads, smem, None)?;
-            // Resident systems per SM, then fewer threads per block on ties.
+            // Resident systems per SM; on ties the first candidate (see `order`).
             let score = blocks * systems as u32;
             let warps = blocks * threads.div_ceil(32);
             if blocks > 0 && best.is_none_or(|b| score > b.3 * b.1 as u32) {
