@@ -123,12 +123,15 @@
 // outer-pole quotients d / d2 when no pole lies on that side, unused then): the
 // compiler's division takes its out-of-line slow path for a zero or subnormal quotient,
 // which ran 47 times per system at f64 n = 30 (ncu). Same results bit for bit.
-// DC_MID_N: 16 < n <= 32, both precisions: the division guard and the block layout
-// (DC_BLOCK_WARPS, DC_PHASE_SYNC below) are on by default there (f32 since round 11:
-// n = 30 8.2 / 6.9 / 7.1 -> 13.0 / 10.8 / 11.8 M/s, H100, benches/RESULTS.md).
-#define DC_MID_N (N > 16 && N <= 32)
+// DC_BLOCK_N: n <= 48, both precisions: the division guard and the block layout
+// (DC_BLOCK_WARPS, DC_PHASE_SYNC below) are on by default there (f64 16 < n <= 32 since
+// rounds 8-9, f32 16 < n <= 32 since round 11, every n <= 48 since round 12; H100,
+// benches/RESULTS.md: n = 30 f32 8.2 / 6.9 / 7.1 -> 13.0 / 10.8 / 11.8 M/s; paper family
+// n = 8 / 16 / 48 f64 +30-35% / +37-40% / +3-6%, f32 +23% / +30% / +75-87%; at n = 64 the
+// layout lost 11-18%, so it stays off above 48).
+#define DC_BLOCK_N (N <= 48)
 #ifndef DC_DIV_GUARD
-#define DC_DIV_GUARD DC_MID_N
+#define DC_DIV_GUARD DC_BLOCK_N
 #endif
 #if DC_ROLL_WARP
 #define ROLL_WARP _Pragma("unroll 1")
@@ -1789,7 +1792,7 @@ __device__ bool merge_level(int depth, real* d, const real* e, Ws& ws, const int
 // stedc: d (N) eigenvalues ascending on exit, e (N-1) destroyed, ws.z (N x LD)
 // eigenvectors. Returns false on failure (non-finite data, secular equation not
 // converged).
-// DC_BLOCK_WARPS (default 12 for 16 < n <= 32, both precisions; 1 elsewhere): the most
+// DC_BLOCK_WARPS (default 12 for n <= 48, both precisions; 1 elsewhere): the most
 // systems (warps) per block of divide_conquer; the host picks how many (4, or
 // CVA_DC_WARPS), each warp works on its own
 // system in its own DC_WARP_BYTES of shared memory. DC_PHASE_SYNC (needs
@@ -1798,10 +1801,10 @@ __device__ bool merge_level(int depth, real* d, const real* e, Ws& ws, const int
 // after x = Q v; 2: also after each merge level). Every warp passes DC_PHASE_BARS
 // barriers per system (a warp that finished early, failed or has no system pads).
 #ifndef DC_BLOCK_WARPS
-#define DC_BLOCK_WARPS (DC_MID_N ? 12 : 1)
+#define DC_BLOCK_WARPS (DC_BLOCK_N ? 12 : 1)
 #endif
 #ifndef DC_PHASE_SYNC
-#define DC_PHASE_SYNC (DC_MID_N ? 2 : 0)
+#define DC_PHASE_SYNC (DC_BLOCK_N ? 2 : 0)
 #endif
 #if DC_BLOCK_WARPS > 1 && DC_PHASE_SYNC
 #define DC_PHASE_BARS (DC_PHASE_SYNC >= 2 ? 10 : 4)

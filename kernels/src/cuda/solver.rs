@@ -390,7 +390,7 @@ impl GpuBatchSolver {
     /// Launch geometry of `divide_conquer`: `w` systems per block of `32 w` threads and
     /// `w * smem` bytes, `ceil(count / w)` blocks up to 2^22, with `w` = 4 (round 9;
     /// development override `CVA_DC_WARPS=w`) reduced to what the module's
-    /// `__launch_bounds__` (`DC_BLOCK_WARPS`: 12 for 16 < n <= 32 in both precisions, 1 elsewhere) and the
+    /// `__launch_bounds__` (`DC_BLOCK_WARPS`: 12 for n <= 48 in both precisions, 1 elsewhere) and the
     /// shared memory per block allow; at `w` = 1 [`Self::warp_geometry`] (one system per
     /// block of 32 threads).
     fn dc_geometry(
