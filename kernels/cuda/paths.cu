@@ -125,22 +125,16 @@ struct MathK {
     double c[K_COUNT];
 };
 
-__device__ __forceinline__ MathK math_k() {
-    const MathK k = {{PATHS_K_VALUES}};
-    return k;
-}
-
 // The functions below read the coefficients from the __constant__ copy PATHS_K_CONST
 // (one uniform constant load each), not as literals: the compiler materialises a 64-bit
 // literal with two uniform moves before every use (about 48 issued instructions per state
 // at basket29's d = 29, in a kernel bound by instruction issue). Same values, same
 // operations, same bits. Measured (H100, basket29 100k, one stream): path phase 0.327 ->
-// 0.318 s (benches/RESULTS.md, "GPU inner paths, round 5"). The `k` arguments are kept
-// for the signature only.
+// 0.318 s (benches/RESULTS.md, "GPU inner paths, round 5").
 __constant__ MathK PATHS_K_CONST = {{PATHS_K_VALUES}};
-#define KC(k, i) (PATHS_K_CONST.c[i])
+#define KC(i) (PATHS_K_CONST.c[i])
 
-__device__ __forceinline__ double log_unit(double x, const MathK& k) {
+__device__ __forceinline__ double log_unit(double x) {
 #if PATHS_MATH
     int hx = __double2hiint(x);
     const int lx = __double2loint(x);
@@ -155,35 +149,35 @@ __device__ __forceinline__ double log_unit(double x, const MathK& k) {
     y = fma(y, fma(e, e, e), y);
     const double s = f * y;
     const double z = s * s;
-    double p = KC(k, K_LGP + 6);
+    double p = KC(K_LGP + 6);
 #pragma unroll
-    for (int j = 5; j >= 0; --j) p = fma(p, z, KC(k, K_LGP + j));
+    for (int j = 5; j >= 0; --j) p = fma(p, z, KC(K_LGP + j));
     const double hf = (0.5 * f) * f;
-    const double t = fma(s, hf + z * p, kd * KC(k, K_LN2_LO));
+    const double t = fma(s, hf + z * p, kd * KC(K_LN2_LO));
     return fma(kd, LN2_HI, f - (hf - t));
 #else
     return log(x);
 #endif
 }
 
-__device__ __forceinline__ void sincos_turn(double a, const MathK& k, double* sp, double* cp) {
+__device__ __forceinline__ void sincos_turn(double a, double* sp, double* cp) {
 #if PATHS_MATH
-    const double t = fma(a, KC(k, K_2OPI), ROUND_MAGIC);
+    const double t = fma(a, KC(K_2OPI), ROUND_MAGIC);
     const double qd = t - ROUND_MAGIC;
     const int q = __double2loint(t);
-    const double rh = fma(-qd, KC(k, K_PIO2_HI), a);
-    const double cc = -qd * KC(k, K_PIO2_MID);
+    const double rh = fma(-qd, KC(K_PIO2_HI), a);
+    const double cc = -qd * KC(K_PIO2_MID);
     const double z = rh * rh;
     const double ez = fma(rh, rh, -z);
     const double h = 0.5 * z;
     const double w = 1.0 - h;
-    double ps = KC(k, K_SIN + 6);
+    double ps = KC(K_SIN + 6);
 #pragma unroll
-    for (int j = 5; j >= 0; --j) ps = fma(ps, z, KC(k, K_SIN + j));
+    for (int j = 5; j >= 0; --j) ps = fma(ps, z, KC(K_SIN + j));
     const double sr = rh + fma(rh * z, ps, cc * w);
-    double pc = KC(k, K_COS + 5);
+    double pc = KC(K_COS + 5);
 #pragma unroll
-    for (int j = 4; j >= 0; --j) pc = fma(pc, z, KC(k, K_COS + j));
+    for (int j = 4; j >= 0; --j) pc = fma(pc, z, KC(K_COS + j));
     double tail = (1.0 - w) - h;
     tail = fma(-0.5, ez, tail);
     tail = fma(-cc, rh, tail);
@@ -200,19 +194,19 @@ __device__ __forceinline__ void sincos_turn(double a, const MathK& k, double* sp
 // Out of the fast path's range: CUDA's exp, out of line (one copy, not one per asset).
 __device__ __noinline__ double exp_outside(double x) { return exp(x); }
 
-__device__ __forceinline__ double exp_step(double x, const MathK& k) {
+__device__ __forceinline__ double exp_step(double x) {
 #if PATHS_MATH
 #if PATHS_EXP_FALLBACK
     if (!(fabs(x) < 708.0)) return exp_outside(x);
 #endif
-    const double t = fma(x, KC(k, K_LOG2E), ROUND_MAGIC);
+    const double t = fma(x, KC(K_LOG2E), ROUND_MAGIC);
     const double nd = t - ROUND_MAGIC;
     const int n = __double2loint(t);
     double r = fma(-nd, LN2_HI, x);
-    r = fma(-nd, KC(k, K_LN2_LO), r);
-    double q = KC(k, K_EXQ + 10);
+    r = fma(-nd, KC(K_LN2_LO), r);
+    double q = KC(K_EXQ + 10);
 #pragma unroll
-    for (int j = 9; j >= 0; --j) q = fma(q, r, KC(k, K_EXQ + j));
+    for (int j = 9; j >= 0; --j) q = fma(q, r, KC(K_EXQ + j));
     const double p = 1.0 + fma(r * q, r, r);
     return __hiloint2double(__double2hiint(p) + (n << 20), __double2loint(p));
 #else
@@ -220,12 +214,11 @@ __device__ __forceinline__ double exp_step(double x, const MathK& k) {
 #endif
 }
 
-__device__ __forceinline__ void box_muller(double u1, double u2, const MathK& k, double* z0,
-                                           double* z1) {
-    const double r = sqrt(-2.0 * log_unit(u1, k));
+__device__ __forceinline__ void box_muller(double u1, double u2, double* z0, double* z1) {
+    const double r = sqrt(-2.0 * log_unit(u1));
     const double a = 6.283185307179586476925286766559 * u2;
     double s, c;
-    sincos_turn(a, k, &s, &c);
+    sincos_turn(a, &s, &c);
     *z0 = r * c;
     *z1 = r * s;
 }
@@ -235,7 +228,6 @@ struct NormalStream {
     unsigned key0, key1, inner, date, outer, block;
     int pos;
     double b0, b1, b2, b3;
-    MathK k;
 };
 
 __device__ __forceinline__ void stream_init(NormalStream& s, unsigned long long seed, unsigned outer,
@@ -248,7 +240,6 @@ __device__ __forceinline__ void stream_init(NormalStream& s, unsigned long long 
     s.block = 0;
     s.pos = 4;
     s.b0 = s.b1 = s.b2 = s.b3 = 0.0;
-    s.k = math_k();
 }
 
 __device__ __forceinline__ void stream_block(const NormalStream& s, unsigned block, double* z0,
@@ -259,8 +250,8 @@ __device__ __forceinline__ void stream_block(const NormalStream& s, unsigned blo
     c.z = s.date;
     c.w = s.outer;
     const U32x4 r = philox4x32_10(c, s.key0, s.key1);
-    box_muller(uniform_open(r.x), uniform_open(r.y), s.k, z0, z1);
-    box_muller(uniform_open(r.z), uniform_open(r.w), s.k, z2, z3);
+    box_muller(uniform_open(r.x), uniform_open(r.y), z0, z1);
+    box_muller(uniform_open(r.z), uniform_open(r.w), z2, z3);
 }
 
 __device__ __forceinline__ double stream_next(NormalStream& s) {
@@ -284,12 +275,12 @@ __device__ __forceinline__ void gbm_step(double* x, double* z, int ld, int d,
             double acc = 0.0;
             const double* row = factor + (long long)i * d;
             for (int k = 0; k <= i; ++k) acc = acc + row[k] * z[k * ld];
-            x[i * ld] = x[i * ld] * exp_step(drift[i] + vol[i] * acc, ns.k);
+            x[i * ld] = x[i * ld] * exp_step(drift[i] + vol[i] * acc);
         }
     } else {
         for (int i = 0; i < d; ++i) {
             const double w = stream_next(ns);
-            x[i * ld] = x[i * ld] * exp_step(drift[i] + vol[i] * w, ns.k);
+            x[i * ld] = x[i * ld] * exp_step(drift[i] + vol[i] * w);
         }
     }
 }
@@ -457,7 +448,7 @@ __device__ __forceinline__ void gbm_step_fixed(double* xs, double* zr, unsigned 
 #else
         const double w = z;
 #endif
-        xs[k * LDX] = xs[k * LDX] * exp_step(C_DRIFT[k] + C_VOL[k] * w, ns.k);
+        xs[k * LDX] = xs[k * LDX] * exp_step(C_DRIFT[k] + C_VOL[k] * w);
     }
 }
 
