@@ -825,10 +825,9 @@ impl GpuBatchSolver {
             _ => {
                 let spw = tuning::systems_per_warp(nstar);
                 let hh = key.family == KernelFamily::HouseholderPcr;
-                // Householder + PCR's rolled kernel (f64, n* = 16, 30 <= n <= 32): 4 warps
-                // per block on ties (f64 n = 30: 76.1 -> 77.8 M systems/s, H100,
-                // benches/RESULTS.md round 13); elsewhere the fewest threads on ties.
-                let order = if hh && key.f64 && nstar == 16 && (30..=32).contains(&n) {
+                // Householder + PCR's rolled kernel: 4 warps per block on ties
+                // (`tuning::householder_rolled`); elsewhere the fewest threads on ties.
+                let order = if hh && tuning::householder_rolled(n, key.f64, nstar) {
                     vec![4, 2, 1]
                 } else {
                     vec![1, 2, 4]

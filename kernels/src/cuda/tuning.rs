@@ -134,6 +134,14 @@ pub fn householder_elems(n: usize, f64: bool) -> usize {
     }
 }
 
+/// Whether `householder_pcr` runs its rolled step loop (`HH_ROLL > 0` by default in
+/// `cuda/householder_pcr.cu`: f64, n* = 16, 30 <= n <= 32). The host then prefers blocks
+/// of 4 warps on ties of resident systems (n = 30: 76.1 -> 77.8 M systems/s on the H100,
+/// benches/RESULTS.md, Householder + PCR round 13; no gain elsewhere, round 14).
+pub fn householder_rolled(n: usize, f64: bool, nstar: usize) -> bool {
+    f64 && nstar == 16 && (30..=32).contains(&n)
+}
+
 /// Shared-memory elements per thread of the one-thread-per-system `L D L^T`.
 pub fn ldlt_simd_elems(n: usize) -> usize {
     n * (n + 1) / 2 + n
