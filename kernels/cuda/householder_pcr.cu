@@ -157,20 +157,6 @@ __device__ __forceinline__ real hh_add_mul(real acc, real p, real q) {
 #endif
 #endif
 
-// HH_LOOKAHEAD (rolled kernel, column read by selects, n* <= 32): step i updates column
-// i+1 first, computes reflector i+1 from it, then applies its rank-2 update to the rows
-// and accumulates p_{i+1} = A22 v_{i+1} (hh_la_step). 1: one fused loop over the columns
-// (update, then the p term of the updated entry); 2: the update loop runs between the
-// reduction of ||x|| and dlarfg, the p loop after v's barrier; 3: the first half of the
-// columns as 2, the second half as 1. 0: hh_step.
-#ifndef HH_LOOKAHEAD
-#define HH_LOOKAHEAD 0
-#endif
-#if HH_LOOKAHEAD && (HH_ROLL == 0 || HH_COLSH || NSTAR > 32)
-#undef HH_LOOKAHEAD
-#define HH_LOOKAHEAD 0
-#endif
-
 #if HH_RSQ
 __device__ __forceinline__ real hh_rsqrt(real q) {
 #if REAL_F64
@@ -284,10 +270,15 @@ __device__ __forceinline__ void hh_step(const int i, real (&a)[R][N], real (&b)[
     if constexpr (COLSH) {
         alpha = sc[i + 1];  // A(i, i+1) = A(i+1, i), from row i
     } else {
-        real ca = col[0];
-#pragma unroll
-        for (int s = 1; s < R; ++s)
-            if (row_max(s) >= B + 1 && (i + 1) / NSTAR == s) ca = col[s];
+        // Row i + 1 lies in slot S0 or S1 = S0 + 1 (HH_ROLL <= NSTAR): constant indices and
+        // a select, so that col stays in registers. A runtime index into col (a pick by
+        // (i + 1) / NSTAR) made it a local-memory array and every column read a jump table
+        // (f64 n = 30: 17 indirect branches, 32 B of stack; benches/RESULTS.md round 15).
+        constexpr int S0 = (B + 1) / NSTAR < R ? (B + 1) / NSTAR : R - 1;
+        constexpr int S1 = KE / NSTAR < R ? KE / NSTAR : R - 1;
+        real ca = col[S0];
+        static_assert(S1 <= S0 + 1, "HH_ROLL > NSTAR");
+        if constexpr (S1 != S0) ca = (i + 1 >= S1 * NSTAR) ? col[S1] : ca;
         alpha = __shfl_sync(0xffffffffu, ca, g.lane0 + (i + 1) % NSTAR);
     }
     hh_group_sum1(xs, red_scratch);
@@ -383,228 +374,6 @@ __device__ __forceinline__ void hh_phases(real (&a)[R][N], real (&b)[R], real* s
     for (int i = B; i < E; ++i) hh_step<B>(i, a, b, sv, sw, sd, se, stau, sA, sc, g, red_scratch);
     if constexpr (E < N - 1) hh_phases<E>(a, b, sv, sw, sd, se, stau, sA, sc, g, red_scratch);
 }
-
-#if HH_LOOKAHEAD
-// Look-ahead steps (HH_LOOKAHEAD, rolled kernel): step i's body finishes w_i from the p_i
-// that the previous body accumulated, updates only column i+1 by step i, computes the
-// reflector i+1 from it, and then applies step i's rank-2 update to the register rows
-// while accumulating p_{i+1} = A22 v_{i+1} (LAPACK dlatrd does the equivalent by
-// panels). Every element goes through the same operations as in hh_step; the sums of
-// p_{i+1} start at column B + 1 of step i's phase (extra exact zero terms).
-
-// sd[j] = A(j, j), xs = ||A(j+2:n, j)||^2 of this thread's rows (not yet reduced),
-// alpha = A(j+1, j) (broadcast); col = column j of the rows. Rows of slots with
-// row_max(s) < T are finished (T <= j).
-template <int T>
-__device__ __forceinline__ void hh_la_col(const int j, const real (&col)[R], real* sd, const Group& g, real& xs,
-                                          real& alpha) {
-    xs = 0;
-    real ca = col[0];
-#pragma unroll
-    for (int s = 0; s < R; ++s) {
-        int r = g.t + s * NSTAR;
-        if (row_max(s) >= T && g.t < NSTAR && r < N) {
-            if (r == j) sd[j] = col[s];
-            if (r >= j + 2) xs = hh_add_mul(xs, col[s], col[s]);
-        }
-        if (s > 0 && row_max(s) >= T && (j + 1) / NSTAR == s) ca = col[s];
-    }
-    alpha = __shfl_sync(0xffffffffu, ca, g.lane0 + (j + 1) % NSTAR);
-}
-
-// Reflector j (dlarfg) from the reduced xs and alpha: v (0 on the rows r <= j) into vr
-// and v_sh (and the packed column j of sA with HH_VSH), beta and tau into se, stau.
-template <int T>
-__device__ __forceinline__ void hh_la_reflect(const int j, const real (&col)[R], real xs, real alpha, real (&vr)[R],
-                                              real& tau, real* v_sh, real* se, real* stau, real* sA,
-                                              const Group& g) {
-    real beta, scal;
-    hh_dlarfg(xs, alpha, tau, beta, scal);
-#pragma unroll
-    for (int s = 0; s < R; ++s) {
-        int r = g.t + s * NSTAR;
-        vr[s] = 0;
-        if (row_max(s) >= T && g.t < NSTAR && r < N) {
-            if (r >= j + 1) vr[s] = (r == j + 1) ? (real)1 : col[s] * scal;
-            v_sh[r] = vr[s];
-#if HH_VSH
-            if (r >= j + 1) sA[packed_col(j) + r - j] = vr[s];
-#endif
-        }
-    }
-    if (g.t == 0) {
-        se[j] = beta;
-        stau[j] = tau;
-    }
-}
-
-// w_i = p - (tau/2)(p^T v) v from p = A22 v_i; b <- H_i b; w_i into wr and w_sh; ends
-// with the group barrier.
-template <int B>
-__device__ __forceinline__ void hh_la_w(const int i, real (&p)[R], const real (&vr)[R],
-                                        const real tau, real (&b)[R], real (&wr)[R], real* w_sh, const Group& g,
-                                        real* red_scratch) {
-    real pv_loc = 0, vb_loc = 0;
-#pragma unroll
-    for (int s = 0; s < R; ++s) {
-        p[s] = tau * p[s];
-        pv_loc = hh_add_mul(pv_loc, p[s], vr[s]);
-        vb_loc = hh_add_mul(vb_loc, vr[s], b[s]);
-    }
-    group_sum2(pv_loc, vb_loc, red_scratch);
-    const real kk = (real)(-0.5) * tau * pv_loc;
-    const real tvb = tau * vb_loc;
-#pragma unroll
-    for (int s = 0; s < R; ++s) {
-        int r = g.t + s * NSTAR;
-        wr[s] = (r >= i + 1) ? hh_add_mul(p[s], kk, vr[s]) : (real)0;
-        if (row_max(s) >= B + 1 && g.t < NSTAR && r < N) {
-            w_sh[r] = wr[s];
-            if (r >= i + 1) b[s] = hh_add_mul(b[s], -tvb, vr[s]);
-        }
-    }
-    group_sync();
-}
-
-// Step i of phase B (B <= i < B + HH_ROLL, i + 1 <= N - 2), entered with v_i (vr, v_sh)
-// and p = A22 v_i (the two partial sums added); leaves with those of step i + 1.
-template <int B>
-__device__ __forceinline__ void hh_la_step(const int i, real (&a)[R][N], real (&b)[R], real (&vr)[R], real (&p)[R],
-                                           real* sv, real* sw, real* sd, real* se, real* stau, real* sA,
-                                           const Group& g, real* red_scratch) {
-    constexpr int KE = (B + HH_ROLL < N - 1) ? B + HH_ROLL : N - 1;  // i in [B, KE)
-    constexpr int KC = (KE + 1 < N - 1) ? KE + 1 : N - 1;            // i + 1 in [B + 1, KC)
-    const real* v_sh = sv + (i & 1) * N;
-    real* w_sh = sw + (i & 1) * N;
-    real* vn_sh = sv + ((i + 1) & 1) * N;
-    real wr[R];
-    hh_la_w<B>(i, p, vr, stau[i], b, wr, w_sh, g, red_scratch);
-    // Column i + 1 after step i's rank-2 update (the same operations as the update below).
-    const real vc = v_sh[i + 1];
-    const real wc = w_sh[i + 1];
-    real col[R];
-#pragma unroll
-    for (int s = 0; s < R; ++s) {
-        col[s] = 0;
-        if (row_max(s) >= B + 1) {
-#pragma unroll
-            for (int k = B + 1; k < KC; ++k)
-                if (k == i + 1) col[s] = a[s][k];
-            col[s] = hh_add_mul(hh_add_mul(col[s], -vr[s], wc), -wr[s], vc);
-        }
-    }
-    real xs, alpha;
-    hh_la_col<B + 1>(i + 1, col, sd, g, xs, alpha);
-    hh_group_sum1(xs, red_scratch);
-    // Step i's rank-2 update of the columns k < KU while the reduction above is in flight
-    // (HH_LOOKAHEAD 2: all, 3: the first half, 1: none); the rest in the fused loop below.
-    constexpr int KU = HH_LOOKAHEAD == 2 ? N : HH_LOOKAHEAD == 3 ? (B + 1 + N) / 2 : B + 1;
-#pragma unroll
-    for (int k = B + 1; k < KU; ++k) {
-        const real vk = v_sh[k];
-        const real wk = w_sh[k];
-#pragma unroll
-        for (int s = 0; s < R; ++s) {
-            if (row_max(s) >= B + 1) a[s][k] = hh_add_mul(hh_add_mul(a[s][k], -vr[s], wk), -wr[s], vk);
-        }
-    }
-    {
-        real vn[R], taun;
-        hh_la_reflect<B + 1>(i + 1, col, xs, alpha, vn, taun, vn_sh, se, stau, sA, g);
-    }
-    group_sync();
-    real p2[R];
-#pragma unroll
-    for (int s = 0; s < R; ++s) {
-        p[s] = 0;
-        p2[s] = 0;
-    }
-#pragma unroll
-    for (int k = B + 1; k < N; ++k) {
-        const real vk = k >= KU ? v_sh[k] : (real)0;
-        const real wk = k >= KU ? w_sh[k] : (real)0;
-        const real vnk = vn_sh[k];
-#pragma unroll
-        for (int s = 0; s < R; ++s) {
-            if (row_max(s) >= B + 1) {
-                if (k >= KU) a[s][k] = hh_add_mul(hh_add_mul(a[s][k], -vr[s], wk), -wr[s], vk);
-                if (k & 1) p[s] = hh_add_mul(p[s], a[s][k], vnk);
-                else p2[s] = hh_add_mul(p2[s], a[s][k], vnk);
-            }
-        }
-    }
-    // v_{i+1} again from v_sh (this thread's own entries; not kept in registers across the
-    // loop), into column i + 1 (selects, after the update of that column above).
-#pragma unroll
-    for (int s = 0; s < R; ++s) {
-        int r = g.t + s * NSTAR;
-        p[s] += p2[s];
-        vr[s] = (row_max(s) >= B + 1 && g.t < NSTAR && r < N) ? vn_sh[r] : (real)0;
-#if !HH_VSH
-        if (row_max(s) >= B + 1) {
-#pragma unroll
-            for (int k = B + 1; k < KC; ++k) a[s][k] = (k == i + 1) ? vr[s] : a[s][k];
-        }
-#endif
-    }
-}
-
-// Phases B, B + HH_ROLL, ... of the look-ahead steps; the last step N - 2 ends the last
-// phase with w and the rank-2 update of A(N-1, N-1), the only entry it changes.
-template <int B>
-__device__ __forceinline__ void hh_la_phases(real (&a)[R][N], real (&b)[R], real (&vr)[R], real (&p)[R], real* sv,
-                                             real* sw, real* sd, real* se, real* stau, real* sA, const Group& g,
-                                             real* red_scratch) {
-    constexpr int E = (B + HH_ROLL < N - 1) ? B + HH_ROLL : N - 1;
-    constexpr int EL = (E < N - 2) ? E : N - 2;
-#pragma unroll 1
-    for (int i = B; i < EL; ++i) hh_la_step<B>(i, a, b, vr, p, sv, sw, sd, se, stau, sA, g, red_scratch);
-    if constexpr (E < N - 1) {
-        hh_la_phases<E>(a, b, vr, p, sv, sw, sd, se, stau, sA, g, red_scratch);
-    } else {
-        constexpr int I = N - 2;
-        real wr[R];
-        hh_la_w<B>(I, p, vr, stau[I], b, wr, sw + (I & 1) * N, g, red_scratch);
-        const real vk = sv[(I & 1) * N + N - 1];
-        const real wk = sw[(I & 1) * N + N - 1];
-        constexpr int SL = (N - 1) / NSTAR;
-        a[SL][N - 1] = hh_add_mul(hh_add_mul(a[SL][N - 1], -vr[SL], wk), -wr[SL], vk);
-    }
-}
-
-// The tridiagonalization with look-ahead: step 0's reflector and A22 v_0, then the phases.
-__device__ __forceinline__ void hh_la_run(real (&a)[R][N], real (&b)[R], real* sv, real* sw, real* sd, real* se,
-                                          real* stau, real* sA, const Group& g, real* red_scratch) {
-    real col[R], vr[R], p[R], p2[R], tau, xs, alpha;
-#pragma unroll
-    for (int s = 0; s < R; ++s) col[s] = a[s][0];
-    hh_la_col<0>(0, col, sd, g, xs, alpha);
-    hh_group_sum1(xs, red_scratch);
-    hh_la_reflect<0>(0, col, xs, alpha, vr, tau, sv, se, stau, sA, g);
-#if !HH_VSH
-#pragma unroll
-    for (int s = 0; s < R; ++s) a[s][0] = vr[s];
-#endif
-    group_sync();
-#pragma unroll
-    for (int s = 0; s < R; ++s) {
-        p[s] = 0;
-        p2[s] = 0;
-    }
-#pragma unroll
-    for (int k = 1; k < N; ++k) {
-        const real vk = sv[k];
-#pragma unroll
-        for (int s = 0; s < R; ++s) {
-            if (k & 1) p[s] = hh_add_mul(p[s], a[s][k], vk);
-            else p2[s] = hh_add_mul(p2[s], a[s][k], vk);
-        }
-    }
-#pragma unroll
-    for (int s = 0; s < R; ++s) p[s] += p2[s];
-    hh_la_phases<0>(a, b, vr, p, sv, sw, sd, se, stau, sA, g, red_scratch);
-}
-#endif
 #endif
 
 
@@ -697,11 +466,7 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
     // Tridiagonalization.
 #if HH_ROLL > 0
     // sx is free until PCR is done: it carries row i in the HH_COLSH steps.
-#if HH_LOOKAHEAD
-    if constexpr (N > 1) hh_la_run(a, b, sv, sw, sd, se, stau, sbase + buf * PA, g, red_scratch);
-#else
     if constexpr (N > 1) hh_phases<0>(a, b, sv, sw, sd, se, stau, sbase + buf * PA, sx, g, red_scratch);
-#endif
 #else
 #pragma unroll
     for (int i = 0; i + 1 < N; ++i) {
