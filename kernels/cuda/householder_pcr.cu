@@ -270,10 +270,15 @@ __device__ __forceinline__ void hh_step(const int i, real (&a)[R][N], real (&b)[
     if constexpr (COLSH) {
         alpha = sc[i + 1];  // A(i, i+1) = A(i+1, i), from row i
     } else {
-        real ca = col[0];
-#pragma unroll
-        for (int s = 1; s < R; ++s)
-            if (row_max(s) >= B + 1 && (i + 1) / NSTAR == s) ca = col[s];
+        // Row i + 1 lies in slot S0 or S1 = S0 + 1 (HH_ROLL <= NSTAR): constant indices and
+        // a select, so that col stays in registers. A runtime index into col (a pick by
+        // (i + 1) / NSTAR) made it a local-memory array and every column read a jump table
+        // (f64 n = 30: 17 indirect branches, 32 B of stack; benches/RESULTS.md round 15).
+        constexpr int S0 = (B + 1) / NSTAR < R ? (B + 1) / NSTAR : R - 1;
+        constexpr int S1 = KE / NSTAR < R ? KE / NSTAR : R - 1;
+        real ca = col[S0];
+        static_assert(S1 <= S0 + 1, "HH_ROLL > NSTAR");
+        if constexpr (S1 != S0) ca = (i + 1 >= S1 * NSTAR) ? col[S1] : ca;
         alpha = __shfl_sync(0xffffffffu, ca, g.lane0 + (i + 1) % NSTAR);
     }
     hh_group_sum1(xs, red_scratch);
