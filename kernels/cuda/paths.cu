@@ -399,7 +399,12 @@ extern "C" __global__ void inner_paths(unsigned long long seed, unsigned first_o
 #endif
 #define PATHS_CH (PATHS_CHUNK < PATHS_D ? PATHS_CHUNK : PATHS_D)
 #define RING (((PATHS_CH + 6) / 4) * 4)
-#define LDX (PATHS_BLOCK + 1)  // odd row stride: conflict-free block-wide copies
+#define LDX (PATHS_BLOCK + 1)  // odd row stride of the ring: conflict-free
+// A thread's states xs_all[tid * SXS + i] (i < d): an odd stride, so that the 64-bit
+// accesses of a half-warp fall in distinct banks; for odd d (SXS = d) the block's states
+// are then one contiguous array in the order of the output, copied without index
+// arithmetic (inner_paths_fixed).
+#define SXS (PATHS_D | 1)
 
 // Normals of the stream up to draw `end` (exclusive) into the ring (row = draw mod RING),
 // continuing from Philox block *next; at most 3 draws beyond `end` are generated, and
@@ -420,7 +425,7 @@ __device__ __forceinline__ void fill_ring(double* zr, unsigned* next, unsigned e
     *next = b;
 }
 
-// One exact GBM step of the state xs[i * LDX] (i < d) with the normals of draws
+// One exact GBM step of the state xs[i] (i < d) with the normals of draws
 // first .. first + d, generated into the ring a chunk of assets at a time. The correlated increment of asset i
 // is ((C_i0 z_0 + C_i1 z_1) + ...) + C_ii z_i in increasing k, as the generic kernel
 // forms it (it starts from 0.0 + C_i0 z_0; starting from C_i0 z_0 changes the sum only
@@ -448,7 +453,7 @@ __device__ __forceinline__ void gbm_step_fixed(double* xs, double* zr, unsigned 
 #else
         const double w = z;
 #endif
-        xs[k * LDX] = xs[k * LDX] * exp_step(C_DRIFT[k] + C_VOL[k] * w);
+        xs[k] = xs[k] * exp_step(C_DRIFT[k] + C_VOL[k] * w);
     }
 }
 
@@ -466,12 +471,15 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
                   double* __restrict__ out, int pay_step, unsigned pay_date, double pay_df,
                   double* __restrict__ cash, unsigned* __restrict__ cash_date,
                   double* __restrict__ y) {
-    __shared__ double xs_all[PATHS_D * LDX];
+    __shared__ double xs_all[PATHS_BLOCK * SXS];
     __shared__ double zr_all[RING * LDX];
     __shared__ long long base_all[PATHS_BLOCK];
     const int tid = threadIdx.x;
-    const long long t = (long long)blockIdx.x * PATHS_BLOCK + tid;
+    const long long t0 = (long long)blockIdx.x * PATHS_BLOCK;
+    const long long t = t0 + tid;
     const bool live = t < outer * inner;
+    // Live threads are a prefix of the block: n_live of them.
+    const int n_live = (int)(outer * inner - t0 < PATHS_BLOCK ? outer * inner - t0 : PATHS_BLOCK);
     long long l = 0;
     int mm = 0;
     if (live) {
@@ -479,12 +487,12 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
         mm = (int)(t - l * inner);
     }
     base_all[tid] = live ? (l * steps * (long long)inner + mm) * PATHS_D : -1;
-    double* xs = xs_all + tid;
+    double* xs = xs_all + tid * SXS;
     double* zr = zr_all + tid;
     NormalStream ns;
     stream_init(ns, seed, first_outer + (unsigned)l, date, (unsigned)mm);
     if (live)
-        for (int i = 0; i < PATHS_D; ++i) xs[i * LDX] = start[l * start_stride + i];
+        for (int i = 0; i < PATHS_D; ++i) xs[i] = start[l * start_stride + i];
     unsigned next = 0;
     const long long step_stride = (long long)inner * PATHS_D;
     for (int s = 0; s < steps; ++s) {
@@ -494,7 +502,7 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
 #if PATHS_PAYOFF
         if (s == pay_step) {  // the same for every thread: no barrier is skipped
             if (live) {
-                const double p = paths_payoff(xs, LDX);
+                const double p = paths_payoff(xs, 1);
                 cash[t] = p;
                 cash_date[t] = pay_date;
                 if (y != nullptr) y[t] = p * pay_df;
@@ -504,18 +512,43 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
 #endif
         __syncthreads();
         // Element e = tl * d + i of the block's states: thread tid copies e = tid,
-        // tid + PATHS_BLOCK, ... (tl and i advanced without a division).
+        // tid + PATHS_BLOCK, ...
         double* os = out + s * step_stride;
-        int tl = tid / PATHS_D, i = tid - tl * PATHS_D;
+#if PATHS_D & 1
+        if (inner >= PATHS_BLOCK) {
+            // The block spans at most two outer paths, l0 for tl < t1 and l0 + 1 after,
+            // each a contiguous run of the output: element e goes to os[off + e].
+            const long long l0 = t0 / inner;
+            const int t1 = (int)((l0 + 1) * inner - t0);
+            const long long off0 = (l0 * steps * (long long)inner + (t0 - l0 * inner)) * PATHS_D;
+            const long long off1 = ((l0 + 1) * steps * (long long)inner - t1) * PATHS_D;
+            // Thread tid's elements j = 0, 1, ... (e = tid + j * PATHS_BLOCK): those with
+            // j < j1 lie before the boundary, those with j >= j_end are not live.
+            const int e1 = t1 * PATHS_D, e_end = n_live * PATHS_D;
+            const int j1 = e1 > tid ? (e1 - tid + PATHS_BLOCK - 1) / PATHS_BLOCK : 0;
+            const int j_end = e_end > tid ? (e_end - tid + PATHS_BLOCK - 1) / PATHS_BLOCK : 0;
+            const double* src = xs_all + tid;
+            double* dst = os + off0 + tid;
+            const long long jump = off1 - off0;
+#pragma unroll
+            for (int j = 0; j < PATHS_D; ++j) {
+                if (j == j1) dst += jump;
+                if (j < j_end) dst[j * PATHS_BLOCK] = src[j * PATHS_BLOCK];
+            }
+        } else
+#endif
+        {
+            int tl = tid / PATHS_D, i = tid - tl * PATHS_D;
 #pragma unroll 4
-        for (int e = tid; e < PATHS_BLOCK * PATHS_D; e += PATHS_BLOCK) {
-            const long long b = base_all[tl];
-            if (b >= 0) os[b + i] = xs_all[i * LDX + tl];
-            tl += PATHS_BLOCK / PATHS_D;
-            i += PATHS_BLOCK % PATHS_D;
-            if (i >= PATHS_D) {
-                i -= PATHS_D;
-                ++tl;
+            for (int e = tid; e < PATHS_BLOCK * PATHS_D; e += PATHS_BLOCK) {
+                const long long b = base_all[tl];
+                if (b >= 0) os[b + i] = xs_all[tl * SXS + i];
+                tl += PATHS_BLOCK / PATHS_D;
+                i += PATHS_BLOCK % PATHS_D;
+                if (i >= PATHS_D) {
+                    i -= PATHS_D;
+                    ++tl;
+                }
             }
         }
         __syncthreads();
@@ -527,24 +560,24 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
 extern "C" __global__ void __launch_bounds__(PATHS_BLOCK)
 outer_paths_fixed(unsigned long long seed, unsigned first_path, long long paths, int steps,
                   const double* __restrict__ spots, double* __restrict__ out) {
-    __shared__ double xs_all[PATHS_D * LDX];
+    __shared__ double xs_all[PATHS_BLOCK * SXS];
     __shared__ double zr_all[RING * LDX];
     const int tid = threadIdx.x;
     const long long l = (long long)blockIdx.x * PATHS_BLOCK + tid;
     if (l >= paths) return;  // no block-wide synchronisation below
-    double* xs = xs_all + tid;
+    double* xs = xs_all + tid * SXS;
     double* zr = zr_all + tid;
     NormalStream ns;
     stream_init(ns, seed, first_path + (unsigned)l, 0u, OUTER_STREAM);
     double* o = out + l * (long long)(steps + 1) * PATHS_D;
     for (int i = 0; i < PATHS_D; ++i) {
-        xs[i * LDX] = spots[i];
+        xs[i] = spots[i];
         o[i] = spots[i];
     }
     unsigned next = 0;
     for (int k = 1; k <= steps; ++k) {
         gbm_step_fixed(xs, zr, (unsigned)(k - 1) * PATHS_D, &next, ns);
-        for (int i = 0; i < PATHS_D; ++i) o[(long long)k * PATHS_D + i] = xs[i * LDX];
+        for (int i = 0; i < PATHS_D; ++i) o[(long long)k * PATHS_D + i] = xs[i];
     }
 }
 #endif

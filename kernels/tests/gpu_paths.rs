@@ -293,50 +293,15 @@ fn check_paths(correlated: bool, d: usize) {
     }
     let (rel_o, ulps_o) = compare(&outer_host, &cpu);
 
-    // Inner paths from the GPU's outer states at date k (the same starts for the CPU).
-    let (k, inner, isteps) = (3usize, 37usize, 5usize);
-    let mut out: CudaSlice<f64> = stream
-        .clone_htod(&vec![f64::NAN; paths * isteps * inner * d])
-        .unwrap();
-    gen.inner_paths(
-        first,
-        k as u32,
-        &outer.slice(k * d..),
-        (steps + 1) * d,
-        paths,
-        inner,
-        isteps,
-        &mut out.slice_mut(..),
-    )
-    .unwrap();
-    let inner_host = stream.clone_dtoh(&out).unwrap();
-    let mut cpu_inner = vec![0.0; inner_host.len()];
-    for l in 0..paths {
-        let start = &outer_host[(l * (steps + 1) + k) * d..][..d];
-        for mm in 0..inner {
-            let p = market.path(seed, first + l as u32, k as u32, mm as u32, start, isteps);
-            for s in 0..isteps {
-                cpu_inner[((l * isteps + s) * inner + mm) * d..][..d]
-                    .copy_from_slice(&p[s * d..(s + 1) * d]);
-            }
-        }
-    }
-    let (rel_i, ulps_i) = compare(&inner_host, &cpu_inner);
-
-    // The fixed kernels (market compiled in) against the generic ones: the same bits.
-    let generic = GpuPaths::new_generic(&stream, &market.steps(), seed).unwrap();
-    assert!(gen.is_fixed() && !generic.is_fixed());
-    let mut outer_g: CudaSlice<f64> = stream
-        .clone_htod(&vec![f64::NAN; paths * (steps + 1) * d])
-        .unwrap();
-    generic
-        .outer_paths(first, paths, steps, &mut outer_g.slice_mut(..))
-        .unwrap();
-    let mut out_g: CudaSlice<f64> = stream
-        .clone_htod(&vec![f64::NAN; paths * isteps * inner * d])
-        .unwrap();
-    generic
-        .inner_paths(
+    // Inner paths from the GPU's outer states at date k (the same starts for the CPU):
+    // fewer inner paths than a block's threads (the general copy) and more (the
+    // contiguous copy of odd d, blocks spanning two outer paths, a partial last block).
+    for inner in [37usize, 150] {
+        let (k, isteps) = (3usize, 5usize);
+        let mut out: CudaSlice<f64> = stream
+            .clone_htod(&vec![f64::NAN; paths * isteps * inner * d])
+            .unwrap();
+        gen.inner_paths(
             first,
             k as u32,
             &outer.slice(k * d..),
@@ -344,34 +309,73 @@ fn check_paths(correlated: bool, d: usize) {
             paths,
             inner,
             isteps,
-            &mut out_g.slice_mut(..),
+            &mut out.slice_mut(..),
         )
         .unwrap();
-    let same_bits = |a: &[f64], b: &[f64]| {
-        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
-    };
-    let fixed_outer_same = same_bits(&outer_host, &stream.clone_dtoh(&outer_g).unwrap());
-    let fixed_inner_same = same_bits(&inner_host, &stream.clone_dtoh(&out_g).unwrap());
-    println!(
-        "paths d={d}: fixed kernels bitwise equal to the generic ones: outer {fixed_outer_same}, inner {fixed_inner_same}"
-    );
-    assert!(fixed_outer_same && fixed_inner_same);
-    let eq_o = outer_host.iter().zip(&cpu).filter(|(a, b)| a == b).count();
-    let eq_i = inner_host
-        .iter()
-        .zip(&cpu_inner)
-        .filter(|(a, b)| a == b)
-        .count();
-    println!(
-        "paths d={d} {}: outer {paths}x{steps} steps: {:.2}% bitwise, max rel {rel_o:.3e} ({ulps_o} ulp); inner {paths}x{inner}x{isteps} from date {k}: {:.2}% bitwise, max rel {rel_i:.3e} ({ulps_i} ulp)",
-        if correlated { "correlated" } else { "independent" },
-        100.0 * eq_o as f64 / cpu.len() as f64,
-        100.0 * eq_i as f64 / cpu_inner.len() as f64,
-    );
-    assert!(
-        rel_o < 1e-12 && rel_i < 1e-12,
-        "paths differ: {rel_o:e} {rel_i:e}"
-    );
+        let inner_host = stream.clone_dtoh(&out).unwrap();
+        let mut cpu_inner = vec![0.0; inner_host.len()];
+        for l in 0..paths {
+            let start = &outer_host[(l * (steps + 1) + k) * d..][..d];
+            for mm in 0..inner {
+                let p = market.path(seed, first + l as u32, k as u32, mm as u32, start, isteps);
+                for s in 0..isteps {
+                    cpu_inner[((l * isteps + s) * inner + mm) * d..][..d]
+                        .copy_from_slice(&p[s * d..(s + 1) * d]);
+                }
+            }
+        }
+        let (rel_i, ulps_i) = compare(&inner_host, &cpu_inner);
+
+        // The fixed kernels (market compiled in) against the generic ones: the same bits.
+        let generic = GpuPaths::new_generic(&stream, &market.steps(), seed).unwrap();
+        assert!(gen.is_fixed() && !generic.is_fixed());
+        let mut outer_g: CudaSlice<f64> = stream
+            .clone_htod(&vec![f64::NAN; paths * (steps + 1) * d])
+            .unwrap();
+        generic
+            .outer_paths(first, paths, steps, &mut outer_g.slice_mut(..))
+            .unwrap();
+        let mut out_g: CudaSlice<f64> = stream
+            .clone_htod(&vec![f64::NAN; paths * isteps * inner * d])
+            .unwrap();
+        generic
+            .inner_paths(
+                first,
+                k as u32,
+                &outer.slice(k * d..),
+                (steps + 1) * d,
+                paths,
+                inner,
+                isteps,
+                &mut out_g.slice_mut(..),
+            )
+            .unwrap();
+        let same_bits = |a: &[f64], b: &[f64]| {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+        };
+        let fixed_outer_same = same_bits(&outer_host, &stream.clone_dtoh(&outer_g).unwrap());
+        let fixed_inner_same = same_bits(&inner_host, &stream.clone_dtoh(&out_g).unwrap());
+        println!(
+            "paths d={d}: fixed kernels bitwise equal to the generic ones: outer {fixed_outer_same}, inner {fixed_inner_same}"
+        );
+        assert!(fixed_outer_same && fixed_inner_same);
+        let eq_o = outer_host.iter().zip(&cpu).filter(|(a, b)| a == b).count();
+        let eq_i = inner_host
+            .iter()
+            .zip(&cpu_inner)
+            .filter(|(a, b)| a == b)
+            .count();
+        println!(
+            "paths d={d} {}: outer {paths}x{steps} steps: {:.2}% bitwise, max rel {rel_o:.3e} ({ulps_o} ulp); inner {paths}x{inner}x{isteps} from date {k}: {:.2}% bitwise, max rel {rel_i:.3e} ({ulps_i} ulp)",
+            if correlated { "correlated" } else { "independent" },
+            100.0 * eq_o as f64 / cpu.len() as f64,
+            100.0 * eq_i as f64 / cpu_inner.len() as f64,
+        );
+        assert!(
+            rel_o < 1e-12 && rel_i < 1e-12,
+            "paths differ: {rel_o:e} {rel_i:e}"
+        );
+    }
 }
 
 #[test]

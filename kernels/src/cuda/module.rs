@@ -203,7 +203,18 @@ pub fn compile_cubin(src: &str, name: &str, arch: &str) -> Result<Vec<u8>, GpuEr
     let prog = result::create_program(&csrc, Some(&cname))
         .map_err(|e| GpuError::Nvrtc(format!("nvrtcCreateProgram: {e:?}")))?;
     let mut options: Vec<String> = NUMERICS_OPTIONS.iter().map(|s| s.to_string()).collect();
+    // Development switch: `CVA_NVRTC_FMAD=DivideConquer,HouseholderPcr` compiles the
+    // modules whose label contains one of the listed names with FMA contraction.
+    if let Ok(list) = std::env::var("CVA_NVRTC_FMAD") {
+        if list.split(',').any(|k| !k.is_empty() && name.contains(k)) {
+            options[0] = "--fmad=true".into();
+        }
+    }
     options.push(format!("--gpu-architecture={arch}"));
+    // Development switch: `CVA_NVRTC_LINEINFO=1` adds line information for profilers.
+    if std::env::var_os("CVA_NVRTC_LINEINFO").is_some() {
+        options.push("--generate-line-info".into());
+    }
     options.push("--std=c++17".into());
     // SAFETY: `prog` was created above and is destroyed exactly once below; the
     // options are valid C strings (no interior NUL).
@@ -219,6 +230,8 @@ pub fn compile_cubin(src: &str, name: &str, arch: &str) -> Result<Vec<u8>, GpuEr
             String::from_utf8_lossy(&bytes).into_owned()
         })
         .unwrap_or_default();
+    // Development switch: `CVA_DUMP_CUBIN=<dir>` writes every compiled module there.
+    let dump = std::env::var_os("CVA_DUMP_CUBIN");
     let cubin = match compiled {
         Err(_) => Err(GpuError::Compile {
             kernel: name.to_string(),
@@ -235,6 +248,15 @@ pub fn compile_cubin(src: &str, name: &str, arch: &str) -> Result<Vec<u8>, GpuEr
                 // SAFETY: `buf` has exactly the `size` bytes NVRTC asked for.
                 let r = unsafe { sys::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut c_char) };
                 if r == sys::nvrtcResult::NVRTC_SUCCESS {
+                    if let Some(dir) = &dump {
+                        let file: String = name
+                            .chars()
+                            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                            .collect();
+                        let path = std::path::Path::new(dir).join(file);
+                        let _ = std::fs::write(path.with_extension("cubin"), &buf);
+                        let _ = std::fs::write(path.with_extension("cu"), src);
+                    }
                     Ok(buf)
                 } else {
                     Err(GpuError::Nvrtc(format!("nvrtcGetCUBIN: {r:?}")))
