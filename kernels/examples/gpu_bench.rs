@@ -341,6 +341,20 @@ fn one(solver: &GpuBatchSolver, args: &[String]) -> ExitCode {
                 t.elapsed().as_secs_f64()
             );
         }
+        // FNV-1a over the bits of x and of the reports: equal hashes, equal results.
+        let mut h = 0xcbf2_9ce4_8422_2325u64;
+        let mut mix = |v: u64| {
+            h ^= v;
+            h = h.wrapping_mul(0x100_0000_01b3);
+        };
+        for v in &x {
+            mix(v.to_f64().to_bits());
+        }
+        for rep in &r {
+            mix(rep.residual.to_bits());
+            mix(rep.method as u64);
+        }
+        println!("{} {:?} result hash {h:016x}", T::NAME, strategy);
         Ok(())
     }
     let r = if get(2) == "f32" {
