@@ -132,10 +132,14 @@
 #define DC_BLOCK_N (N <= 48)
 // DC_TOP_NO_Z (default 1 for n <= 48, both precisions): the top merge does not form
 // Z = Q W; the truncated solve applies Q and W to its two vectors (truncated_solve_top).
-// Needs W in shared memory (!DC_W_REGS).
+// Needs W in shared memory (!DC_W_REGS). DC_TOP_ROLL: unroll factor of its loops.
 #ifndef DC_TOP_NO_Z
 #define DC_TOP_NO_Z (DC_BLOCK_N && !DC_W_REGS)
 #endif
+#ifndef DC_TOP_ROLL
+#define DC_TOP_ROLL 2
+#endif
+#define ROLL_TOP DC_UNROLL_BY(DC_TOP_ROLL)
 #ifndef DC_DIV_GUARD
 #define DC_DIV_GUARD DC_BLOCK_N
 #endif
@@ -2114,7 +2118,7 @@ __device__ int truncated_solve_top(const real* lambda, const Ws& ws, real* v, re
         const int m = lane + 32 * s;
         if (m < N) {
             real acc = 0;
-            ROLL_ROWS
+            ROLL_TOP
             for (int r = 0; r < N; ++r) acc += z[r + m * LD] * v[r];
             y[m] = acc;
         }
@@ -2131,7 +2135,7 @@ __device__ int truncated_solve_top(const real* lambda, const Ws& ws, real* v, re
             drop = l == (real)0 || fabs(l) * threshold < lmax;
             real u = 0;
             if (j < k) {
-                ROLL_ROWS
+                ROLL_TOP
                 for (int c = 0; c < k; ++c) u += w[j + c * LD] * y[ws.col[c]];
             } else {
                 u = y[ws.col[j]];
@@ -2149,7 +2153,7 @@ __device__ int truncated_solve_top(const real* lambda, const Ws& ws, real* v, re
         if (l < N) {
             real acc = 0;
             if (l < k) {
-                ROLL_ROWS
+                ROLL_TOP
                 for (int j = 0; j < k; ++j) acc += w[j + l * LD] * t[j];
             } else {
                 acc = t[l];
@@ -2165,7 +2169,7 @@ __device__ int truncated_solve_top(const real* lambda, const Ws& ws, real* v, re
         const int r = lane + 32 * s;
         out[s] = 0;
         if (r < N)
-            ROLL_ROWS
+            ROLL_TOP
             for (int m = 0; m < N; ++m) out[s] += z[r + m * LD] * sv[m];
     }
     __syncwarp();
