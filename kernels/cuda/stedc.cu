@@ -130,11 +130,16 @@
 // n = 8 / 16 / 48 f64 +30-35% / +37-40% / +3-6%, f32 +23% / +30% / +75-87%; at n = 64 the
 // layout lost 11-18%, so it stays off above 48).
 #define DC_BLOCK_N (N <= 48)
-// DC_TOP_NO_Z (default 1 for n <= 48, both precisions): the top merge does not form
-// Z = Q W; the truncated solve applies Q and W to its two vectors (truncated_solve_top).
-// Needs W in shared memory (!DC_W_REGS). DC_TOP_ROLL: unroll factor of its loops.
+// DC_TOP_NO_Z (round 13; default 1 for f64 n <= 48 and f32 32 < n <= 48): the top merge
+// does not form Z = Q W; the truncated solve applies Q and W to its two vectors
+// (truncated_solve_top). Needs W in shared memory (!DC_W_REGS). H100, benches/RESULTS.md,
+// batch 2^20, diag-dominant / paper / basket29: f64 n = 30 6.71 / 6.72 / 6.55 -> 7.03-7.09
+// / 6.80-6.85 / 6.74-6.79 M/s; n = 48 (batch 2^18) f64 0.92 -> 1.08, f32 2.29 / 2.22 ->
+// 2.85 / 2.68. Off for f32 n <= 32: at n = 30 paper +30% but basket29 -16% (8.88 ->
+// 11.5, 14.11 -> 11.8), not understood (code layout suspected). DC_TOP_ROLL: unroll
+// factor of its loops.
 #ifndef DC_TOP_NO_Z
-#define DC_TOP_NO_Z (DC_BLOCK_N && !DC_W_REGS)
+#define DC_TOP_NO_Z (DC_BLOCK_N && !DC_W_REGS && (REAL_F64 || N > 32))
 #endif
 #ifndef DC_TOP_ROLL
 #define DC_TOP_ROLL 2
