@@ -130,6 +130,21 @@
 // n = 8 / 16 / 48 f64 +30-35% / +37-40% / +3-6%, f32 +23% / +30% / +75-87%; at n = 64 the
 // layout lost 11-18%, so it stays off above 48).
 #define DC_BLOCK_N (N <= 48)
+// DC_TOP_NO_Z (round 13; default 1 for f64 n <= 48 and f32 32 < n <= 48): the top merge
+// does not form Z = Q W; the truncated solve applies Q and W to its two vectors
+// (truncated_solve_top). Needs W in shared memory (!DC_W_REGS). H100, benches/RESULTS.md,
+// batch 2^20, diag-dominant / paper / basket29: f64 n = 30 6.71 / 6.72 / 6.55 -> 7.03-7.09
+// / 6.80-6.85 / 6.74-6.79 M/s; n = 48 (batch 2^18) f64 0.92 -> 1.08, f32 2.29 / 2.22 ->
+// 2.85 / 2.68. Off for f32 n <= 32: at n = 30 paper +30% but basket29 -16% (8.88 ->
+// 11.5, 14.11 -> 11.8), not understood (code layout suspected). DC_TOP_ROLL: unroll
+// factor of its loops.
+#ifndef DC_TOP_NO_Z
+#define DC_TOP_NO_Z (DC_BLOCK_N && !DC_W_REGS && (REAL_F64 || N > 32))
+#endif
+#ifndef DC_TOP_ROLL
+#define DC_TOP_ROLL 2
+#endif
+#define ROLL_TOP DC_UNROLL_BY(DC_TOP_ROLL)
 #ifndef DC_DIV_GUARD
 #define DC_DIV_GUARD DC_BLOCK_N
 #endif
@@ -1454,11 +1469,43 @@ __device__ __noinline__ void w_column_exact(real* wc, const real* dkf, const rea
     w_column<false>(wc, dkf, zh, k, dorg, tau, nullptr);
 }
 
+// Z(rows of each active node, its columns) = [Q_kept W, Q_deflated] (see zw_product).
+__device__ __forceinline__ void zw_dispatch(Ws& ws, const bool (&act)[SLOTS], const int (&nf)[SLOTS],
+                                            const int (&nl)[SLOTS], const int (&kk)[SLOTS], int lane) {
+    int lmax = 0;
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) lmax = max(lmax, act[s] ? nl[s] : 0);
+    lmax = warp_max_int(lmax);
+#if DC_W_REGS && DC_WREG_JB == 1
+    w_product_regs<N>(ws, act, nf, nl, kk, lmax, lane);
+#elif DC_W_REGS && DC_WREG_JB == 2
+    if (lmax <= 8) w_product_regs<(N < 8 ? N : 8)>(ws, act, nf, nl, kk, lmax, lane);
+    else w_product_regs<N>(ws, act, nf, nl, kk, lmax, lane);
+#elif DC_W_REGS
+    if (lmax <= 4) w_product_regs<(N < 4 ? N : 4)>(ws, act, nf, nl, kk, lmax, lane);
+    else if (lmax <= 8) w_product_regs<(N < 8 ? N : 8)>(ws, act, nf, nl, kk, lmax, lane);
+    else if (lmax <= 16) w_product_regs<(N < 16 ? N : 16)>(ws, act, nf, nl, kk, lmax, lane);
+    else w_product_regs<N>(ws, act, nf, nl, kk, lmax, lane);
+#elif DC_ZW_ONE
+    zw_product<N>(ws, act, nf, nl, kk, lane);
+#else
+    if (lmax <= 4) zw_product<(N < 4 ? N : 4)>(ws, act, nf, nl, kk, lane);
+    else if (lmax <= 8) zw_product<(N < 8 ? N : 8)>(ws, act, nf, nl, kk, lane);
+    else if (lmax <= 16) zw_product<(N < 16 ? N : 16)>(ws, act, nf, nl, kk, lane);
+    else if (lmax <= 32) zw_product<(N < 32 ? N : 32)>(ws, act, nf, nl, kk, lane);
+    else zw_product<N>(ws, act, nf, nl, kk, lane);
+#endif
+}
+
 // Merges every node of depth `depth` (length > 2) from its children (divide_conquer.rs
 // merge). bs, bsz: the unreduced block of each slot's row. False if a secular equation
 // did not converge or gave a non-finite root.
+// skip_z (the top merge of a single unreduced block, DC_TOP_NO_Z): Z = Q W is not
+// formed; ws.z keeps Q (the children's eigenvectors, deflation rotations applied, column
+// col[j] for entry j), ws.w keeps W^T of the kept entries and ws.col, ws.rnk stay valid
+// for truncated_solve_top; *ktop receives K.
 __device__ bool merge_level(int depth, real* d, const real* e, Ws& ws, const int (&bs)[SLOTS],
-                            const int (&bsz)[SLOTS], int lane) {
+                            const int (&bsz)[SLOTS], int lane, bool skip_z, int* ktop) {
     const real inv_sqrt2 = (real)0.7071067811865476;
     bool act[SLOTS];
     int nf[SLOTS], nl[SLOTS], n1[SLOTS], kk[SLOTS];
@@ -1756,29 +1803,12 @@ __device__ bool merge_level(int depth, real* d, const real* e, Ws& ws, const int
         ws.rnk[i] = r;
     }
     __syncwarp();
-    int lmax = 0;
-#pragma unroll
-    for (int s = 0; s < SLOTS; ++s) lmax = max(lmax, act[s] ? nl[s] : 0);
-    lmax = warp_max_int(lmax);
-#if DC_W_REGS && DC_WREG_JB == 1
-    w_product_regs<N>(ws, act, nf, nl, kk, lmax, lane);
-#elif DC_W_REGS && DC_WREG_JB == 2
-    if (lmax <= 8) w_product_regs<(N < 8 ? N : 8)>(ws, act, nf, nl, kk, lmax, lane);
-    else w_product_regs<N>(ws, act, nf, nl, kk, lmax, lane);
-#elif DC_W_REGS
-    if (lmax <= 4) w_product_regs<(N < 4 ? N : 4)>(ws, act, nf, nl, kk, lmax, lane);
-    else if (lmax <= 8) w_product_regs<(N < 8 ? N : 8)>(ws, act, nf, nl, kk, lmax, lane);
-    else if (lmax <= 16) w_product_regs<(N < 16 ? N : 16)>(ws, act, nf, nl, kk, lmax, lane);
-    else w_product_regs<N>(ws, act, nf, nl, kk, lmax, lane);
-#elif DC_ZW_ONE
-    zw_product<N>(ws, act, nf, nl, kk, lane);
-#else
-    if (lmax <= 4) zw_product<(N < 4 ? N : 4)>(ws, act, nf, nl, kk, lane);
-    else if (lmax <= 8) zw_product<(N < 8 ? N : 8)>(ws, act, nf, nl, kk, lane);
-    else if (lmax <= 16) zw_product<(N < 16 ? N : 16)>(ws, act, nf, nl, kk, lane);
-    else if (lmax <= 32) zw_product<(N < 32 ? N : 32)>(ws, act, nf, nl, kk, lane);
-    else zw_product<N>(ws, act, nf, nl, kk, lane);
-#endif
+    if (skip_z) {
+        // Lane 0 holds row 0, which belongs to the single top node.
+        *ktop = __shfl_sync(FULL_MASK, kk[0], 0);
+    } else {
+        zw_dispatch(ws, act, nf, nl, kk, lane);
+    }
 #pragma unroll
     for (int s = 0; s < SLOTS; ++s) {
         if (!act[s]) continue;
@@ -1788,6 +1818,7 @@ __device__ bool merge_level(int depth, real* d, const real* e, Ws& ws, const int
     __syncwarp();
     return true;
 }
+
 
 // stedc: d (N) eigenvalues ascending on exit, e (N-1) destroyed, ws.z (N x LD)
 // eigenvectors. Returns false on failure (non-finite data, secular equation not
@@ -1816,8 +1847,14 @@ __device__ __forceinline__ void phase_sync(int& bars) {
 __device__ __forceinline__ void phase_sync(int&) {}
 #endif
 
-__device__ bool stedc(real* d, real* e, Ws& ws, int lane, int& bars) {
+// NO_Z (DC_TOP_NO_Z): when the matrix is one unreduced block of more than two rows, the
+// top merge leaves Z = Q W unformed (see merge_level) and *ktop = K >= 0: ws.z then holds
+// Q, ws.w W^T, and the eigenvalues come out in d ascending as always (apply Z with
+// truncated_solve_top). Otherwise (or !NO_Z) *ktop = -1 and ws.z holds the eigenvectors.
+template <bool NO_Z>
+__device__ bool stedc(real* d, real* e, Ws& ws, int lane, int& bars, int* ktop) {
     real* z = ws.z;
+    *ktop = -1;
     bool bad = false;
     real anorm = 0;
 #pragma unroll
@@ -1936,7 +1973,7 @@ __device__ bool stedc(real* d, real* e, Ws& ws, int lane, int& bars) {
     __syncwarp();
     // Merges, deepest first (a tree of at most 64 rows has merges at depths 0..4).
     for (int depth = 5; depth >= 0; --depth) {
-        if (!merge_level(depth, d, e, ws, bs, bsz, lane)) return false;
+        if (!merge_level(depth, d, e, ws, bs, bsz, lane, NO_Z && blocks == 1 && depth == 0, ktop)) return false;
 #if DC_PHASE_SYNC >= 2
         phase_sync(bars);
 #endif
@@ -2002,6 +2039,9 @@ __device__ bool stedc(real* d, real* e, Ws& ws, int lane, int& bars) {
         bad |= !finite(d[i]);
         ROLL_ROWS
         for (int c = 0; c < N; ++c) bad |= !finite(z[i + c * LD]);
+        // Z unformed: its factors W (row i: column i of W) are checked as well.
+        if (NO_Z && i < *ktop)
+            for (int c = 0; c < *ktop; ++c) bad |= !finite(ws.w[i + c * LD]);
     }
     __syncwarp();
     return !warp_any(bad);
@@ -2045,6 +2085,97 @@ __device__ int truncated_eigen_solve(const real* lambda, const real* z, real* v,
         if (r < N)
             ROLL_ROWS
             for (int i = 0; i < N; ++i) out[s] += z[r + i * LD] * tmp[i];
+    }
+    __syncwarp();
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        const int r = lane + 32 * s;
+        if (r < N) v[r] = out[s];
+    }
+    __syncwarp();
+    return discarded;
+}
+
+// truncated_solve_top: truncated_eigen_solve with Z = Q W left unformed by the top merge
+// (stedc<true> with k = *ktop >= 0; one unreduced block, node [0, N)). Entry j of the top
+// merge (j < k: secular root, column j of W; j >= k: deflated, child column col[j]) is
+// eigenvalue lambda[rnk[j]] with eigenvector Q W e_j (j < k) or Q e_col[j]:
+//   y = Q^T v, u_j = sum_l W[l][j] y_col[l] (j < k) or y_col[j], t_j = u_j / lambda (kept)
+//   or 0, s_col[l] = sum_j W[l][j] t_j (l < k) or t_l, v <- Q s.
+// Q: ws.z (N x LD), W[l][j] at ws.w[j + l LD]. Scratch: ws.zsrt, ws.dk, ws.zk. Returns the
+// number of discarded eigenvalues (the same test and count as truncated_eigen_solve).
+__device__ int truncated_solve_top(const real* lambda, const Ws& ws, real* v, real threshold, int k, int lane) {
+    const real* z = ws.z;
+    const real* w = ws.w;
+    real* y = ws.zsrt;
+    real* t = ws.dk;
+    real* sv = ws.zk;
+    real lmax = 0;
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        const int i = lane + 32 * s;
+        if (i < N) lmax = fmax(lmax, fabs(lambda[i]));
+    }
+    lmax = warp_max(lmax);
+    // y = Q^T v (lane m: column m of Q).
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        const int m = lane + 32 * s;
+        if (m < N) {
+            real acc = 0;
+            ROLL_TOP
+            for (int r = 0; r < N; ++r) acc += z[r + m * LD] * v[r];
+            y[m] = acc;
+        }
+    }
+    __syncwarp();
+    // t_j = (W^T y)_j / lambda_j for the kept eigenvalues (lane j).
+    int discarded = 0;
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        const int j = lane + 32 * s;
+        bool drop = false;
+        if (j < N) {
+            const real l = lambda[ws.rnk[j]];
+            drop = l == (real)0 || fabs(l) * threshold < lmax;
+            real u = 0;
+            if (j < k) {
+                ROLL_TOP
+                for (int c = 0; c < k; ++c) u += w[j + c * LD] * y[ws.col[c]];
+            } else {
+                u = y[ws.col[j]];
+            }
+            t[j] = 0;
+            if (!drop) t[j] = u / l;
+        }
+        discarded += warp_count(drop);
+    }
+    __syncwarp();
+    // s = W t on the kept entries (lane l), placed at the child columns.
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        const int l = lane + 32 * s;
+        if (l < N) {
+            real acc = 0;
+            if (l < k) {
+                ROLL_TOP
+                for (int j = 0; j < k; ++j) acc += w[j + l * LD] * t[j];
+            } else {
+                acc = t[l];
+            }
+            sv[ws.col[l]] = acc;
+        }
+    }
+    __syncwarp();
+    // v = Q s (lane r: row r of Q).
+    real out[SLOTS];
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        const int r = lane + 32 * s;
+        out[s] = 0;
+        if (r < N)
+            ROLL_TOP
+            for (int m = 0; m < N; ++m) out[s] += z[r + m * LD] * sv[m];
     }
     __syncwarp();
 #pragma unroll
@@ -2196,12 +2327,14 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, re
                 if (i < N) v[i] = y[s];
             }
             __syncwarp();
-            const bool sok = stedc(d, e, ws, lane, bars);
+            int ktop;
+            const bool sok = stedc<DC_TOP_NO_Z>(d, e, ws, lane, bars, &ktop);
             phase_sync(bars);
             if (!sok) {
                 status = STATUS_FAILED;
             } else {
-                discarded = truncated_eigen_solve(d, ws.z, v, tmp, thr, lane);
+                if (DC_TOP_NO_Z && ktop >= 0) discarded = truncated_solve_top(d, ws, v, thr, ktop, lane);
+                else discarded = truncated_eigen_solve(d, ws.z, v, tmp, thr, lane);
                 // x = Q v.
 #pragma unroll
                 for (int s = 0; s < SLOTS; ++s) {
@@ -2264,7 +2397,8 @@ ENTRY(stedc_batched)(const real* __restrict__ D, const real* __restrict__ E, rea
         }
         __syncwarp();
         int bars = 0;
-        const bool ok = stedc(d, e, ws, lane, bars);
+        int ktop;
+        const bool ok = stedc<false>(d, e, ws, lane, bars, &ktop);
         for (int i = lane; i < N; i += 32) lambda[k * N + i] = ok ? d[i] : real_nan();
         for (int c = 0; c < N; ++c)
             for (int r = lane; r < N; r += 32) Z[k * N * N + r + c * N] = ok ? ws.z[r + c * LD] : real_nan();
