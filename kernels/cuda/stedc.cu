@@ -130,7 +130,7 @@
 // n = 8 / 16 / 48 f64 +30-35% / +37-40% / +3-6%, f32 +23% / +30% / +75-87%; at n = 64 the
 // layout lost 11-18%, so it stays off above 48).
 #define DC_BLOCK_N (N <= 48)
-// DC_TOP_NO_Z (round 13; default 1 for f64 n <= 48 and f32 32 < n <= 48): the top merge
+// DC_TOP_NO_Z (round 14; default 1 for f64 n <= 48 and f32 32 < n <= 48): the top merge
 // does not form Z = Q W; the truncated solve applies Q and W to its two vectors
 // (truncated_solve_top). Needs W in shared memory (!DC_W_REGS). H100, benches/RESULTS.md,
 // batch 2^20, diag-dominant / paper / basket29: f64 n = 30 6.71 / 6.72 / 6.55 -> 7.03-7.09
