@@ -219,12 +219,8 @@ __device__ __forceinline__ void engine_exercise_impl(
     const unsigned char* __restrict__ alive, const unsigned* __restrict__ counts,
     const double* __restrict__ discount, unsigned date, int next_date, double* __restrict__ y,
     double* __restrict__ cash, unsigned* __restrict__ cash_date) {
-    // Warp w of the grid takes outer paths w, w + (warps in the grid), ...: one each when
-    // the grid covers c (the default launch), several when the host caps the grid.
-    const int lane = threadIdx.x & 31;
-    double* const warp_smem = engine_smem + (long long)(threadIdx.x >> 5) * per_warp;
-    const long long l_step = (long long)gridDim.x * (blockDim.x >> 5);
-    for (long long l = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; l < c; l += l_step) {
+    ENGINE_WARP_SETUP(per_warp);
+    if (l >= c) return;
     ENGINE_TILES(T);
     double* beta = warp_smem + bufs * tile_doubles;
     const unsigned count = counts[l];
@@ -298,7 +294,6 @@ __device__ __forceinline__ void engine_exercise_impl(
             if (next_date >= 0) y[t] = cf * discount[cd - (unsigned)next_date];
         }
         if (active) engine_tile_done(T, tt);
-    }
     }
 }
 

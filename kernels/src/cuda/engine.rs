@@ -206,22 +206,6 @@ fn tile_buffers_limit() -> usize {
     })
 }
 
-/// Development switch: `CVA_GPU_EXERCISE_GRID=<blocks>` caps the grid of the exercise
-/// kernel, whose warps then take several outer paths each (same results).
-fn exercise_grid_cap(mut cfg: LaunchConfig) -> LaunchConfig {
-    static CAP: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
-    let cap = *CAP.get_or_init(|| {
-        std::env::var("CVA_GPU_EXERCISE_GRID")
-            .ok()
-            .and_then(|v| v.parse::<u32>().ok())
-            .filter(|&v| v > 0)
-    });
-    if let Some(cap) = cap {
-        cfg.grid_dim.0 = cfg.grid_dim.0.min(cap);
-    }
-    cfg
-}
-
 /// Launch geometry of a warp-per-outer-path kernel with `extra` scratch doubles per warp
 /// besides its tile buffers of 32 inner paths (`32 * ds` doubles each, `ds = d | 1`):
 /// two buffers where they fit (the next tile's copy in flight while the warp works on
@@ -608,7 +592,7 @@ impl EngineKernels {
         // covers every offset from next_date (the caller's contract, as for the
         // regression build); shared memory per warp is the tile buffers plus n doubles
         // of beta (`WarpTiles::new(d, n)`); warps >= c return first.
-        unsafe { l.launch(exercise_grid_cap(t.g.config(c)?)) }?;
+        unsafe { l.launch(t.g.config(c)?) }?;
         Ok(())
     }
 
