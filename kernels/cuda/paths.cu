@@ -478,8 +478,6 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
     const long long t0 = (long long)blockIdx.x * PATHS_BLOCK;
     const long long t = t0 + tid;
     const bool live = t < outer * inner;
-    // Live threads are a prefix of the block: n_live of them.
-    const int n_live = (int)(outer * inner - t0 < PATHS_BLOCK ? outer * inner - t0 : PATHS_BLOCK);
     long long l = 0;
     int mm = 0;
     if (live) {
@@ -495,6 +493,26 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
         for (int i = 0; i < PATHS_D; ++i) xs[i] = start[l * start_stride + i];
     unsigned next = 0;
     const long long step_stride = (long long)inner * PATHS_D;
+#if PATHS_D & 1
+    // The copy of the block's states, element e = tl * d + i of step s to os[off + e]: with
+    // at least a block of inner paths, the block spans at most two outer paths, l0 for
+    // tl < t1 and l0 + 1 after, each a contiguous run of the output. Thread tid copies its
+    // elements j = 0, 1, ... (e = tid + j * PATHS_BLOCK): those with j < j1 lie before the
+    // boundary, those with j >= j_end are not live (live threads are a prefix of the block).
+    const bool contiguous = inner >= PATHS_BLOCK;
+    long long off0 = 0, jump = 0;
+    int j1 = 0, j_end = 0;
+    if (contiguous) {
+        const long long l0 = t0 / inner;
+        const int t1 = (int)((l0 + 1) * inner - t0);
+        const int n_live = (int)(outer * inner - t0 < PATHS_BLOCK ? outer * inner - t0 : PATHS_BLOCK);
+        off0 = (l0 * steps * (long long)inner + (t0 - l0 * inner)) * PATHS_D;
+        jump = ((l0 + 1) * steps * (long long)inner - t1) * PATHS_D - off0;
+        const int e1 = t1 * PATHS_D, e_end = n_live * PATHS_D;
+        j1 = e1 > tid ? (e1 - tid + PATHS_BLOCK - 1) / PATHS_BLOCK : 0;
+        j_end = e_end > tid ? (e_end - tid + PATHS_BLOCK - 1) / PATHS_BLOCK : 0;
+    }
+#endif
     for (int s = 0; s < steps; ++s) {
         if (live) {
             gbm_step_fixed(xs, zr, (unsigned)s * PATHS_D, &next, ns);
@@ -515,21 +533,9 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
         // tid + PATHS_BLOCK, ...
         double* os = out + s * step_stride;
 #if PATHS_D & 1
-        if (inner >= PATHS_BLOCK) {
-            // The block spans at most two outer paths, l0 for tl < t1 and l0 + 1 after,
-            // each a contiguous run of the output: element e goes to os[off + e].
-            const long long l0 = t0 / inner;
-            const int t1 = (int)((l0 + 1) * inner - t0);
-            const long long off0 = (l0 * steps * (long long)inner + (t0 - l0 * inner)) * PATHS_D;
-            const long long off1 = ((l0 + 1) * steps * (long long)inner - t1) * PATHS_D;
-            // Thread tid's elements j = 0, 1, ... (e = tid + j * PATHS_BLOCK): those with
-            // j < j1 lie before the boundary, those with j >= j_end are not live.
-            const int e1 = t1 * PATHS_D, e_end = n_live * PATHS_D;
-            const int j1 = e1 > tid ? (e1 - tid + PATHS_BLOCK - 1) / PATHS_BLOCK : 0;
-            const int j_end = e_end > tid ? (e_end - tid + PATHS_BLOCK - 1) / PATHS_BLOCK : 0;
+        if (contiguous) {
             const double* src = xs_all + tid;
             double* dst = os + off0 + tid;
-            const long long jump = off1 - off0;
 #pragma unroll
             for (int j = 0; j < PATHS_D; ++j) {
                 if (j == j1) dst += jump;

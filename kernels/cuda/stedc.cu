@@ -1819,7 +1819,6 @@ __device__ bool merge_level(int depth, real* d, const real* e, Ws& ws, const int
     return true;
 }
 
-
 // stedc: d (N) eigenvalues ascending on exit, e (N-1) destroyed, ws.z (N x LD)
 // eigenvectors. Returns false on failure (non-finite data, secular equation not
 // converged).

@@ -207,7 +207,9 @@ pub fn compile_cubin(src: &str, name: &str, arch: &str) -> Result<Vec<u8>, GpuEr
     // modules whose label contains one of the listed names with FMA contraction.
     if let Ok(list) = std::env::var("CVA_NVRTC_FMAD") {
         if list.split(',').any(|k| !k.is_empty() && name.contains(k)) {
-            options[0] = "--fmad=true".into();
+            for o in options.iter_mut().filter(|o| *o == "--fmad=false") {
+                *o = "--fmad=true".into();
+            }
         }
     }
     options.push(format!("--gpu-architecture={arch}"));
