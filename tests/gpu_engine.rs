@@ -3,7 +3,7 @@
 //! run with `--include-ignored` on the GPU machine.
 
 mod common;
-use common::{check_european_closed_form, cva, f, run_json, scenario};
+use common::{check_european_closed_form, cva, f, run_json, run_json_env, scenario};
 use polars::prelude::*;
 use std::path::Path;
 
@@ -134,6 +134,83 @@ fn gpu_matches_cpu(file: &str, outer: usize) {
         (cva_g - cva_c).abs() <= 0.05 * se,
         "{file}: CVA on the GPU {cva_g} differs from the CPU's {cva_c} by more than 5% of the standard error {se}"
     );
+}
+
+/// The streaming exercise kernel (the default) and the warp-per-outer-path kernel
+/// (`CVA_GPU_EXERCISE_STREAM=0`) do the same operations per inner path: the same CVA,
+/// outer exercises, EPE profile and solver statistics, bit for bit, in f64 and f32, with
+/// two geometries of the streaming kernel.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn streaming_exercise_equals_warp_per_path_kernel_bitwise() {
+    for (file, precision) in [
+        ("american_put.yaml", "f64"),
+        ("basket29.yaml", "f64"),
+        ("netting_set.yaml", "f32"),
+    ] {
+        let sc = scenario(file);
+        let prec = format!("simulation.precision={precision}");
+        let mut out = Vec::new();
+        for stream in ["0", "2,4,2", "1,2,3"] {
+            let dir = tempfile::tempdir().unwrap();
+            let args = [
+                "--set",
+                "simulation.outer_paths=3000",
+                "--set",
+                prec.as_str(),
+                "--backend",
+                "gpu",
+            ];
+            let s = run_json_env(
+                &sc,
+                dir.path(),
+                &args,
+                &[("CVA_GPU_EXERCISE_STREAM", stream)],
+            );
+            // Every column of solver_stats.parquet (counts; residuals as bits).
+            let stats = read_frame(&dir.path().join("solver_stats.parquet"));
+            let counts: Vec<Vec<u64>> = stats
+                .get_column_names()
+                .iter()
+                .map(|name| {
+                    let name = name.as_str();
+                    if name.starts_with("residual") {
+                        stats
+                            .column(name)
+                            .unwrap()
+                            .f64()
+                            .unwrap()
+                            .iter()
+                            .map(|v| v.map_or(u64::MAX, f64::to_bits))
+                            .collect()
+                    } else {
+                        u64_column(&stats, name)
+                    }
+                })
+                .collect();
+            out.push((
+                f(&s, "cva").to_bits(),
+                s["outer_exercises"].as_u64(),
+                epe(dir.path())
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect::<Vec<_>>(),
+                counts,
+            ));
+        }
+        assert_eq!(
+            out[0], out[1],
+            "{file} {precision}: streaming 2,4,2 differs"
+        );
+        assert_eq!(
+            out[0], out[2],
+            "{file} {precision}: streaming 1,2,3 differs"
+        );
+        println!(
+            "{file} {precision}: CVA {} in all three kernels' runs",
+            f64::from_bits(out[0].0)
+        );
+    }
 }
 
 #[test]

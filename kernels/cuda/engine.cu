@@ -316,6 +316,266 @@ __device__ __forceinline__ void engine_exercise_impl(
 ENGINE_EXERCISE(engine_exercise_f64, double)
 ENGINE_EXERCISE(engine_exercise_f32, float)
 
+// ---- The exercise update as a stream of tiles (few persistent warps) ----
+//
+// The same update as engine_exercise_impl, operation for operation (the same bits), shaped
+// to run beside the inner-path kernel of the next date on another stream: a small grid (a
+// block or two per SM, `warps` warps each) whose warp gw of TW takes the contiguous outer
+// paths [c gw / TW, c (gw + 1) / TW) and streams their tiles of 32 inner paths through a
+// ring of ENGINE_STREAM_BUFS buffers, ENGINE_STREAM_BUFS - 1 tiles ahead and across the
+// boundaries between outer paths, so that a few warps keep enough bytes in flight to read
+// at the device's bandwidth. A buffer holds the tile's states (rows at an odd stride ds)
+// and its cash flows and dates, so that no lane waits on a global load per tile; the
+// discount factors and the basis tables sit in shared memory; alive, counts, the report and
+// beta of an outer path are loaded while the previous one is worked on. The states of an
+// outer path that takes no part are not copied (its cash flows are: y is updated for
+// every inner path). The fallback mean (fewer than n regression paths or no Ok solution,
+// rare) reads its states straight from global memory.
+//
+// Shared memory: discount[n_discount] | var_inv[n] | var_asset[n] int | parent[n] int
+// (rounded up to an even count of doubles), then per warp ENGINE_STREAM_BUFS slots of
+// 32 ds + 48 doubles (states, cash, dates as unsigned) and n rounded up to even doubles of
+// beta.
+#ifndef ENGINE_STREAM_BUFS
+#define ENGINE_STREAM_BUFS 4
+#endif
+
+// engine_payoff with its loops unrolled (independent loads in flight; the same operations
+// in the same order).
+__device__ __forceinline__ double engine_payoff_unrolled(const double* s, int kind, int put,
+                                                         double strike, const int* ua,
+                                                         const double* uw, int nu) {
+    double level;
+    if (kind == 0) {
+        level = s[ua[0]];
+    } else if (kind == 1) {
+        level = 0.0;
+#pragma unroll 8
+        for (int k = 0; k < nu; ++k) level = level + uw[k] * s[ua[k]];
+    } else {
+        level = __longlong_as_double(0xfff0000000000000ULL);  // -infinity
+#pragma unroll 8
+        for (int k = 0; k < nu; ++k) level = fmax(level, s[ua[k]]);
+    }
+    return put ? fmax(strike - level, 0.0) : fmax(level - strike, 0.0);
+}
+
+template <typename real>
+__device__ __forceinline__ void engine_exercise_stream_impl(
+    const double* __restrict__ states, long long stride, long long c, int m, int d, int ds,
+    int kind, int put, double strike, const int* __restrict__ ua_g,
+    const double* __restrict__ uw_g, int nu, int itm_only, int n, const int* __restrict__ parent_g,
+    const int* __restrict__ var_asset_g, const double* __restrict__ var_inv_g, int flat,
+    const real* __restrict__ x, const EngineReport* __restrict__ reports,
+    const unsigned char* __restrict__ alive, const unsigned* __restrict__ counts,
+    const double* __restrict__ discount_g, int n_discount, unsigned date, int next_date,
+    double* __restrict__ y, double* __restrict__ cash, unsigned* __restrict__ cash_date) {
+    constexpr int K = ENGINE_STREAM_BUFS;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    double* const disc = engine_smem;
+    double* const var_inv = disc + n_discount;
+    double* const uw = var_inv + n;
+    int* const var_asset = (int*)(uw + nu);
+    int* const parent = var_asset + n;
+    int* const ua = parent + n;
+    for (int i = threadIdx.x; i < n_discount; i += blockDim.x) disc[i] = discount_g[i];
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        var_inv[i] = var_inv_g[i];
+        var_asset[i] = var_asset_g[i];
+        parent[i] = parent_g[i];
+    }
+    for (int i = threadIdx.x; i < nu; i += blockDim.x) {
+        uw[i] = uw_g[i];
+        ua[i] = ua_g[i];
+    }
+    __syncthreads();
+    const int tables = ((n_discount + n + nu) + (2 * n + nu + 1) / 2 + 1) & ~1;
+    const int slot = 32 * ds + 48;
+    const int npad = (n + 1) & ~1;
+    double* const wsm = engine_smem + tables + (long long)warp * (K * slot + npad);
+    double* const beta = wsm + K * slot;
+
+    const long long tw = (long long)gridDim.x * warps, gw = (long long)blockIdx.x * warps + warp;
+    const long long l0 = c * gw / tw, l1 = c * (gw + 1) / tw;
+    const int tpp = (m + 31) / 32;
+
+    // The issue cursor: tile it of outer path il goes to slot is.
+    long long il = l0;
+    int it = 0, is = 0;
+    // ia: il takes part; (na, nc): alive and counts of il + 1, loaded a whole outer path
+    // before they are looked at.
+    bool ia = il < l1 && alive[il] && counts[il] > 0;
+    unsigned na = 0, nc = 0;
+    if (il + 1 < l1) {
+        na = alive[il + 1];
+        nc = counts[il + 1];
+    }
+    auto issue = [&]() {
+        if (il < l1) {
+            const int mm0 = 32 * it;
+            const int rows = min(32, m - mm0);
+            double* const dst = wsm + is * slot;
+            if (ia) {
+                const double* src = states + il * stride + (long long)mm0 * d;
+                const int total = rows * d;
+                if (ds == d && ((((unsigned long long)src) & 15ull) == 0) && (total & 1) == 0) {
+                    for (int e = 2 * lane; e < total; e += 64) async_copy16(dst + e, src + e);
+                } else {
+                    const int qd = 32 / d, rd = 32 % d;
+                    int r = lane / d;
+                    int i = lane - r * d;
+                    for (int e = lane; e < total; e += 32) {
+                        async_copy8(dst + r * ds + i, src + e);
+                        r += qd;
+                        i += rd;
+                        if (i >= d) {
+                            i -= d;
+                            ++r;
+                        }
+                    }
+                }
+            }
+            if (lane < rows) {
+                const long long t = il * m + mm0 + lane;
+                async_copy8(dst + 32 * ds + lane, cash + t);
+                async_copy4((unsigned*)(dst + 32 * ds + 32) + lane, cash_date + t);
+            }
+            if (++it == tpp) {
+                it = 0;
+                ++il;
+                ia = (na != 0) & (nc > 0);
+                if (il + 1 < l1) {
+                    na = alive[il + 1];
+                    nc = counts[il + 1];
+                }
+            }
+            if (++is == K) is = 0;
+        }
+        async_copy_commit();
+    };
+
+    // The per-outer-path inputs, one outer path ahead.
+    unsigned n_count = 0, n_alive = 0, n_status = 1, n_method = 0;
+    double n_b0 = 0.0, n_b1 = 0.0;
+    auto fetch = [&](long long l) {
+        if (l < l1) {
+            n_count = counts[l];
+            n_alive = alive[l];
+            const EngineReport r = reports[l];
+            n_status = r.status;
+            n_method = r.method;
+            n_b0 = lane < n ? (double)x[l * n + lane] : 0.0;
+            n_b1 = lane + 32 < n ? (double)x[l * n + lane + 32] : 0.0;
+        }
+    };
+    fetch(l0);
+    for (int k = 0; k < K - 1; ++k) issue();
+
+    bool active = false, ok = false;
+    double mean = 0.0;
+    long long l = l0;
+    int tt = 0, ps = 0;
+    const long long tiles = (l1 - l0) * tpp;
+#pragma unroll 1
+    for (long long q = 0; q < tiles; ++q) {
+        __syncwarp();  // every lane is done with the slot issued next and with beta
+        issue();
+        if (tt == 0) {
+            const unsigned count = n_count;
+            active = n_alive && count > 0;
+            ok = active && count >= (unsigned)n && n_status == 0 && (n_method & 0xffu) <= 2;
+            if (ok) {
+                if (lane < n) beta[lane] = n_b0;
+                if (lane + 32 < n) beta[lane + 32] = n_b1;
+            }
+            fetch(l + 1);
+            mean = 0.0;
+            if (active && !ok) {
+                double sum = 0.0;
+                for (int t2 = 0; 32 * t2 < m; ++t2) {
+                    const int mm0 = 32 * t2;
+                    const int rows = min(32, m - mm0);
+                    bool take = lane < rows;
+                    if (itm_only)
+                        take = take && engine_payoff(states + l * stride + (long long)(mm0 + lane) * d,
+                                                     kind, put, strike, ua, uw, nu) > 0.0;
+                    const double v = take ? y[l * m + mm0 + lane] : 0.0;
+                    sum = engine_ordered_sum(sum, v, take, rows);
+                }
+                mean = sum / (double)count;
+            }
+        }
+        async_copy_wait<K - 1>();  // this tile's group is complete
+        __syncwarp();              // and visible to the whole warp, beta too
+        const double* const buf = wsm + ps * slot;
+        const int mm0 = 32 * tt;
+        const int rows = min(32, m - mm0);
+        if (lane < rows) {
+            const double* s = buf + lane * ds;
+            const long long t = l * m + mm0 + lane;
+            double cf = buf[32 * ds + lane];
+            unsigned cd = ((const unsigned*)(buf + 32 * ds + 32))[lane];
+            if (active) {
+                const double payoff = engine_payoff_unrolled(s, kind, put, strike, ua, uw, nu);
+                if (payoff > 0.0) {
+                    double continuation;
+                    if (ok) {
+                        continuation = 0.0;
+                        continuation = continuation + 1.0 * beta[0];
+                        if (flat) {
+#pragma unroll 8
+                            for (int k = 1; k < n; ++k)
+                                continuation =
+                                    continuation + (s[var_asset[k]] * var_inv[k]) * beta[k];
+                        } else {
+                            double psi[ENGINE_MAX_N];
+                            psi[0] = 1.0;
+                            for (int k = 1; k < n; ++k) {
+                                psi[k] = psi[parent[k]] * (s[var_asset[k]] * var_inv[k]);
+                                continuation = continuation + psi[k] * beta[k];
+                            }
+                        }
+                    } else {
+                        continuation = mean;
+                    }
+                    if (payoff >= continuation) {
+                        cf = payoff;
+                        cd = date;
+                        cash[t] = cf;
+                        cash_date[t] = cd;
+                    }
+                }
+            }
+            if (next_date >= 0) y[t] = cf * disc[cd - (unsigned)next_date];
+        }
+        if (++ps == K) ps = 0;
+        if (++tt == tpp) {
+            tt = 0;
+            ++l;
+        }
+    }
+    async_copy_wait<0>();  // no copy outlives the kernel
+}
+
+#define ENGINE_EXERCISE_STREAM(name, real)                                                     \
+    extern "C" __global__ void name(                                                           \
+        const double* __restrict__ states, long long stride, long long c, int m, int d,        \
+        int ds, int kind, int put, double strike, const int* __restrict__ ua,                  \
+        const double* __restrict__ uw, int nu, int itm_only, int n,                            \
+        const int* __restrict__ parent, const int* __restrict__ var_asset,                    \
+        const double* __restrict__ var_inv, int flat, const real* __restrict__ x,             \
+        const EngineReport* __restrict__ reports, const unsigned char* __restrict__ alive,    \
+        const unsigned* __restrict__ counts, const double* __restrict__ discount,             \
+        int n_discount, unsigned date, int next_date, double* __restrict__ y,                 \
+        double* __restrict__ cash, unsigned* __restrict__ cash_date) {                        \
+        engine_exercise_stream_impl<real>(states, stride, c, m, d, ds, kind, put, strike, ua, \
+                                          uw, nu, itm_only, n, parent, var_asset, var_inv,    \
+                                          flat, x, reports, alive, counts, discount,          \
+                                          n_discount, date, next_date, y, cash, cash_date);   \
+    }
+ENGINE_EXERCISE_STREAM(engine_exercise_stream_f64, double)
+ENGINE_EXERCISE_STREAM(engine_exercise_stream_f32, float)
+
 // The systems not to solve (not alive, or counts < n) become A = I, b = 0, so that the
 // whole batch goes to the solver and solution l stays at x[l * n]. One warp per system.
 template <typename real>

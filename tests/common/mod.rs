@@ -17,10 +17,16 @@ pub fn scenario(name: &str) -> PathBuf {
 
 /// Runs `cva ARGS` in the repository root.
 pub fn cva(args: &[&str]) -> Output {
+    cva_env(args, &[])
+}
+
+/// Runs `cva ARGS` in the repository root with the environment variables `env` set.
+pub fn cva_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     let bin = std::env::var_os("CVA_BIN")
         .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_cva")), PathBuf::from);
     Command::new(bin)
         .args(args)
+        .envs(env.iter().copied())
         .current_dir(root())
         .output()
         .expect("the cva binary runs")
@@ -29,6 +35,16 @@ pub fn cva(args: &[&str]) -> Output {
 /// `cva run SCENARIO --json --quiet --out OUT EXTRA...`, asserting success; returns the
 /// summary object.
 pub fn run_json(scenario: &Path, out: &Path, extra: &[&str]) -> serde_json::Value {
+    run_json_env(scenario, out, extra, &[])
+}
+
+/// [`run_json`] with the environment variables `env` set for the run.
+pub fn run_json_env(
+    scenario: &Path,
+    out: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> serde_json::Value {
     let mut args = vec![
         "run",
         scenario.to_str().unwrap(),
@@ -38,7 +54,7 @@ pub fn run_json(scenario: &Path, out: &Path, extra: &[&str]) -> serde_json::Valu
         out.to_str().unwrap(),
     ];
     args.extend_from_slice(extra);
-    let o = cva(&args);
+    let o = cva_env(&args, env);
     assert!(
         o.status.success(),
         "cva {args:?} failed: {}",

@@ -17,12 +17,14 @@
 //! `states[l * stride + mm * d + i]`; cash flows `(l, mm)` at `cash[l * m + mm]`; outer
 //! states `(l, k, i)` at `outer[l * outer_stride + k * d + i]`. The per-outer-path
 //! kernels run one warp per outer path over tiles of 32 inner paths staged in shared
-//! memory with coalesced loads.
+//! memory with coalesced loads; the exercise update by default runs as a stream of such
+//! tiles over ranges of outer paths on a few warps per SM.
 
 use super::module::compile_cubin;
 use super::regression::{BasisTables, GpuOptionKind, GpuPayoff, GpuUnderlying};
 use super::solver::{GpuReal, GpuReport};
 use super::GpuError;
+use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
 use cudarc::driver::{
     CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig, PushKernelArg,
 };
@@ -206,6 +208,49 @@ fn tile_buffers_limit() -> usize {
     })
 }
 
+/// Geometry of the streaming exercise kernel (`engine_exercise_stream_*`): blocks per
+/// multiprocessor (0: the kernel is not used), warps per block, tile buffers per warp.
+#[derive(Debug, Clone, Copy)]
+struct ExerciseStream {
+    blocks_per_sm: usize,
+    warps: usize,
+    bufs: usize,
+}
+
+/// The default: 2 blocks of 4 warps per SM, 2 buffers per warp (8 warps and 125 KB of
+/// shared memory per SM at basket29). Measured on the H100 (benches/RESULTS.md, "GPU
+/// engine, round 8"): beside the path kernel the 100k basket29 run takes 0.710 s against
+/// 0.739 s with the warp-per-outer-path kernel (1M: 6.12 against 6.35 s); alone the two
+/// kernels take about the same time (0.133 against 0.129 s); 2 or 4 warps per SM are
+/// latency-bound (0.18-0.36 s).
+const EXERCISE_STREAM_DEFAULT: ExerciseStream = ExerciseStream {
+    blocks_per_sm: 2,
+    warps: 4,
+    bufs: 2,
+};
+
+/// The streaming exercise kernel's geometry: the default, or
+/// `CVA_GPU_EXERCISE_STREAM=<blocks per SM>[,<warps per block>[,<buffers per warp>]]`
+/// (development switch; `0`: the warp-per-outer-path kernel `engine_exercise_*`).
+fn exercise_stream() -> ExerciseStream {
+    static S: std::sync::OnceLock<ExerciseStream> = std::sync::OnceLock::new();
+    *S.get_or_init(|| {
+        let Ok(var) = std::env::var("CVA_GPU_EXERCISE_STREAM") else {
+            return EXERCISE_STREAM_DEFAULT;
+        };
+        let v: Vec<usize> = var
+            .split(',')
+            .filter_map(|x| x.trim().parse().ok())
+            .collect();
+        let d = EXERCISE_STREAM_DEFAULT;
+        ExerciseStream {
+            blocks_per_sm: v.first().copied().unwrap_or(d.blocks_per_sm).min(8),
+            warps: v.get(1).copied().unwrap_or(d.warps).clamp(1, 16),
+            bufs: v.get(2).copied().unwrap_or(d.bufs).clamp(2, 8),
+        }
+    })
+}
+
 /// Launch geometry of a warp-per-outer-path kernel with `extra` scratch doubles per warp
 /// besides its tile buffers of 32 inner paths (`32 * ds` doubles each, `ds = d | 1`):
 /// two buffers where they fit (the next tile's copy in flight while the warp works on
@@ -323,6 +368,11 @@ pub struct EngineKernels {
     european: CudaFunction,
     exercise_f64: CudaFunction,
     exercise_f32: CudaFunction,
+    exercise_stream_f64: CudaFunction,
+    exercise_stream_f32: CudaFunction,
+    /// Multiprocessors and opt-in shared memory per block of the device.
+    multiprocessors: usize,
+    shared_optin: usize,
     select_f64: CudaFunction,
     select_f32: CudaFunction,
     step_summary: CudaFunction,
@@ -398,14 +448,26 @@ impl EngineKernels {
     pub fn new(stream: &Arc<CudaStream>) -> Result<Self, GpuError> {
         let ctx = stream.context();
         let (major, minor) = ctx.compute_capability()?;
-        let cubin = compile_cubin(&engine_source(), "engine.cu", &format!("sm_{major}{minor}"))?;
+        let source = format!(
+            "#define ENGINE_STREAM_BUFS {}\n{}",
+            exercise_stream().bufs,
+            engine_source()
+        );
+        let cubin = compile_cubin(&source, "engine.cu", &format!("sm_{major}{minor}"))?;
         let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin))?;
+        let attr = |a| -> Result<usize, GpuError> { Ok(ctx.attribute(a)?.max(0) as usize) };
         Ok(Self {
             stream: stream.clone(),
             cash_init: module.load_function("engine_cash_init")?,
             european: module.load_function("engine_european")?,
             exercise_f64: module.load_function("engine_exercise_f64")?,
             exercise_f32: module.load_function("engine_exercise_f32")?,
+            exercise_stream_f64: module.load_function("engine_exercise_stream_f64")?,
+            exercise_stream_f32: module.load_function("engine_exercise_stream_f32")?,
+            multiprocessors: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+            shared_optin: attr(
+                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            )?,
             select_f64: module.load_function("engine_select_f64")?,
             select_f32: module.load_function("engine_select_f32")?,
             step_summary: module.load_function("engine_step_summary")?,
@@ -518,6 +580,11 @@ impl EngineKernels {
     /// regression paths. With `next_date = Some(j)`, `y` is then overwritten with the
     /// discounted cash flows at `j` (the next step's input).
     ///
+    /// Runs the streaming kernel `engine_exercise_stream_*` (a grid of a few blocks per
+    /// SM whose warps stream the tiles of a range of outer paths, so that the path kernel
+    /// on the other stream keeps most of each SM) where its shared memory fits, else the
+    /// warp-per-outer-path kernel; both give the same bits.
+    ///
     /// # Errors
     /// [`GpuError::Invalid`] if a buffer is too short, driver errors.
     #[allow(clippy::too_many_arguments)]
@@ -553,10 +620,57 @@ impl EngineKernels {
         if c == 0 || m == 0 {
             return Ok(());
         }
-        let t = TileArgs::new(&view, n);
         let next = next_date.map_or(-1, |j| j as i32);
         let n_arg = n as i32;
         let (itm, flat) = (i32::from(itm_only), i32::from(basis.flat));
+        if let Some(cfg) =
+            self.exercise_stream_config(&view, n, payoff.len as usize, discount.len())?
+        {
+            let (stride, c64, m32, d32) = (view.stride as i64, c as i64, m as i32, view.d as i32);
+            let ds = (view.d | 1) as i32;
+            let n_discount = discount.len() as i32;
+            let f = if T::IS_F64 {
+                &self.exercise_stream_f64
+            } else {
+                &self.exercise_stream_f32
+            };
+            let mut l = self.stream.launch_builder(f);
+            l.arg(view.states)
+                .arg(&stride)
+                .arg(&c64)
+                .arg(&m32)
+                .arg(&d32)
+                .arg(&ds);
+            payoff_args(&mut l, payoff);
+            l.arg(&itm)
+                .arg(&n_arg)
+                .arg(&basis.parent)
+                .arg(&basis.var_asset)
+                .arg(&basis.var_inv)
+                .arg(&flat)
+                .arg(x)
+                .arg(reports)
+                .arg(alive)
+                .arg(counts)
+                .arg(discount)
+                .arg(&n_discount)
+                .arg(&date)
+                .arg(&next)
+                .arg(y)
+                .arg(cash)
+                .arg(cash_date);
+            // SAFETY: the arguments match `engine_exercise_stream_{f64,f32}` for `T` (const
+            // double*, long long, long long, int, int, int, then the payoff's six, int,
+            // int, const int*, const int*, const double*, int, const real*, const
+            // EngineReport*, const unsigned char*, const unsigned*, const double*, int,
+            // unsigned, int, double*, double*, unsigned*), checked as for the kernel
+            // below; the discount table (n_discount entries) and the basis tables are
+            // copied into the shared memory `exercise_stream_config` sized, with the
+            // warps' slots after them.
+            unsafe { l.launch(cfg) }?;
+            return Ok(());
+        }
+        let t = TileArgs::new(&view, n);
         let f = if T::IS_F64 {
             &self.exercise_f64
         } else {
@@ -594,6 +708,45 @@ impl EngineKernels {
         // of beta (`WarpTiles::new(d, n)`); warps >= c return first.
         unsafe { l.launch(t.g.config(c)?) }?;
         Ok(())
+    }
+
+    /// The launch of the streaming exercise kernel, or `None` where it is not switched on
+    /// (`CVA_GPU_EXERCISE_STREAM`) or its shared memory would not fit.
+    fn exercise_stream_config(
+        &self,
+        view: &StateView,
+        n: usize,
+        nu: usize,
+        n_discount: usize,
+    ) -> Result<Option<LaunchConfig>, GpuError> {
+        let s = exercise_stream();
+        if s.blocks_per_sm == 0 {
+            return Ok(None);
+        }
+        let ds = view.d | 1;
+        // Doubles: discount, var_inv, uw; ints: var_asset, parent, ua.
+        let tables = (n_discount + n + nu + (2 * n + nu).div_ceil(2)).next_multiple_of(2);
+        let per_warp = s.bufs * (32 * ds + 48) + n.next_multiple_of(2);
+        let bytes = (tables + s.warps * per_warp) * 8;
+        if bytes > self.shared_optin || n_discount > i32::MAX as usize {
+            return Ok(None);
+        }
+        if bytes > 48 * 1024 {
+            for f in [&self.exercise_stream_f64, &self.exercise_stream_f32] {
+                f.set_attribute(
+                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    bytes as i32,
+                )?;
+            }
+        }
+        let blocks = (self.multiprocessors * s.blocks_per_sm)
+            .min(view.c.div_ceil(s.warps))
+            .max(1);
+        Ok(Some(LaunchConfig {
+            grid_dim: (blocks as u32, 1, 1),
+            block_dim: (32 * s.warps as u32, 1, 1),
+            shared_mem_bytes: bytes as u32,
+        }))
     }
 
     /// The systems `l < c` that are not solved (not `alive[l]`, or `counts[l] < n`)
