@@ -42,9 +42,11 @@ __device__ __forceinline__ double engine_payoff(const double* s, int kind, int p
         level = s[ua[0]];
     } else if (kind == 1) {
         level = 0.0;
+#pragma unroll 8
         for (int k = 0; k < nu; ++k) level = level + uw[k] * s[ua[k]];
     } else {
         level = __longlong_as_double(0xfff0000000000000ULL);  // -infinity
+#pragma unroll 8
         for (int k = 0; k < nu; ++k) level = fmax(level, s[ua[k]]);
     }
     return put ? fmax(strike - level, 0.0) : fmax(level - strike, 0.0);
@@ -61,6 +63,31 @@ struct EngineTiles {
     int tile, bufs, m, d, ds, lane;
 };
 
+// The warp's asynchronous copy of `rows` contiguous rows of d doubles from src (global)
+// into rows of stride ds at dst (shared): in 16-byte pieces when the rows are stored
+// without padding (ds == d) and src is 16-byte aligned with an even count of doubles,
+// else element by element into the padded rows. Every lane calls it; no commit.
+__device__ __forceinline__ void engine_rows_copy(double* dst, const double* src, int rows, int d,
+                                                 int ds, int lane) {
+    const int total = rows * d;
+    if (ds == d && ((((unsigned long long)src) & 15ull) == 0) && (total & 1) == 0) {
+        for (int e = 2 * lane; e < total; e += 64) async_copy16(dst + e, src + e);
+    } else {
+        const int qd = 32 / d, rd = 32 % d;
+        int r = lane / d;
+        int i = lane - r * d;
+        for (int e = lane; e < total; e += 32) {
+            async_copy8(dst + r * ds + i, src + e);
+            r += qd;
+            i += rd;
+            if (i >= d) {
+                i -= d;
+                ++r;
+            }
+        }
+    }
+}
+
 // Issues the copy of tile t (inner paths 32 t .. 32 t + rows) into buffer t % bufs and
 // commits it as one group. When the rows are stored without padding (ds == d) and the
 // tile is 16-byte aligned with an even count of doubles, in 16-byte pieces; otherwise
@@ -70,23 +97,7 @@ __device__ __forceinline__ void engine_tile_issue(const EngineTiles& T, int t) {
     const int rows = min(32, T.m - mm0);
     const double* src = T.src + (long long)mm0 * T.d;
     double* dst = T.buf + (t % T.bufs) * T.tile;
-    const int total = rows * T.d;
-    if (T.ds == T.d && ((((unsigned long long)src) & 15ull) == 0) && (total & 1) == 0) {
-        for (int e = 2 * T.lane; e < total; e += 64) async_copy16(dst + e, src + e);
-    } else {
-        const int qd = 32 / T.d, rd = 32 % T.d;
-        int r = T.lane / T.d;
-        int i = T.lane - r * T.d;
-        for (int e = T.lane; e < total; e += 32) {
-            async_copy8(dst + r * T.ds + i, src + e);
-            r += qd;
-            i += rd;
-            if (i >= T.d) {
-                i -= T.d;
-                ++r;
-            }
-        }
-    }
+    engine_rows_copy(dst, src, rows, T.d, T.ds, T.lane);
     async_copy_commit();
 }
 
@@ -199,6 +210,40 @@ extern "C" __global__ void engine_european(const double* __restrict__ states, lo
     if (lane == 0) values[l] = values[l] + q * df * sum / (double)m;
 }
 
+// The exercise decision of one inner path with states s: where the payoff is positive and
+// at least the continuation (psi . beta when ok, else mean), *cf becomes the payoff and
+// the function returns true. The loops are unrolled by 8 (the loads of 8 terms in flight
+// ahead of the chain; the same operations in the same order).
+__device__ __forceinline__ bool engine_exercises(
+    const double* s, int kind, int put, double strike, const int* ua, const double* uw, int nu,
+    bool ok, const double* beta, double mean, int flat, int n, const int* parent,
+    const int* var_asset, const double* var_inv, double* cf) {
+    const double payoff = engine_payoff(s, kind, put, strike, ua, uw, nu);
+    if (!(payoff > 0.0)) return false;
+    double continuation;
+    if (ok) {
+        continuation = 0.0;
+        continuation = continuation + 1.0 * beta[0];
+        if (flat) {
+#pragma unroll 8
+            for (int k = 1; k < n; ++k)
+                continuation = continuation + (s[var_asset[k]] * var_inv[k]) * beta[k];
+        } else {
+            double psi[ENGINE_MAX_N];
+            psi[0] = 1.0;
+            for (int k = 1; k < n; ++k) {
+                psi[k] = psi[parent[k]] * (s[var_asset[k]] * var_inv[k]);
+                continuation = continuation + psi[k] * beta[k];
+            }
+        }
+    } else {
+        continuation = mean;
+    }
+    if (!(payoff >= continuation)) return false;
+    *cf = payoff;
+    return true;
+}
+
 // The exercise update at exercise date `date`, one warp per outer path l. The outer path
 // takes part where alive[l] and counts[l] > 0. Its continuation estimate is psi . beta
 // with beta = x[l * n ..] (converted to double) where the system was selected
@@ -261,35 +306,12 @@ __device__ __forceinline__ void engine_exercise_impl(
             const long long t = l * m + mm0 + lane;
             double cf = cash[t];
             unsigned cd = cash_date[t];
-            if (active) {
-                const double payoff = engine_payoff(s, kind, put, strike, ua, uw, nu);
-                if (payoff > 0.0) {
-                    double continuation;
-                    if (ok) {
-                        continuation = 0.0;
-                        continuation = continuation + 1.0 * beta[0];
-                        if (flat) {
-                            for (int k = 1; k < n; ++k)
-                                continuation =
-                                    continuation + (s[var_asset[k]] * var_inv[k]) * beta[k];
-                        } else {
-                            double psi[ENGINE_MAX_N];
-                            psi[0] = 1.0;
-                            for (int k = 1; k < n; ++k) {
-                                psi[k] = psi[parent[k]] * (s[var_asset[k]] * var_inv[k]);
-                                continuation = continuation + psi[k] * beta[k];
-                            }
-                        }
-                    } else {
-                        continuation = mean;
-                    }
-                    if (payoff >= continuation) {
-                        cf = payoff;
-                        cd = date;
-                        cash[t] = cf;
-                        cash_date[t] = cd;
-                    }
-                }
+            if (active &&
+                engine_exercises(s, kind, put, strike, ua, uw, nu, ok, beta, mean, flat, n, parent,
+                                 var_asset, var_inv, &cf)) {
+                cd = date;
+                cash[t] = cf;
+                cash_date[t] = cd;
             }
             if (next_date >= 0) y[t] = cf * discount[cd - (unsigned)next_date];
         }
@@ -340,25 +362,6 @@ ENGINE_EXERCISE(engine_exercise_f32, float)
 #define ENGINE_STREAM_BUFS 4
 #endif
 
-// engine_payoff with its loops unrolled (independent loads in flight; the same operations
-// in the same order).
-__device__ __forceinline__ double engine_payoff_unrolled(const double* s, int kind, int put,
-                                                         double strike, const int* ua,
-                                                         const double* uw, int nu) {
-    double level;
-    if (kind == 0) {
-        level = s[ua[0]];
-    } else if (kind == 1) {
-        level = 0.0;
-#pragma unroll 8
-        for (int k = 0; k < nu; ++k) level = level + uw[k] * s[ua[k]];
-    } else {
-        level = __longlong_as_double(0xfff0000000000000ULL);  // -infinity
-#pragma unroll 8
-        for (int k = 0; k < nu; ++k) level = fmax(level, s[ua[k]]);
-    }
-    return put ? fmax(strike - level, 0.0) : fmax(level - strike, 0.0);
-}
 
 template <typename real>
 __device__ __forceinline__ void engine_exercise_stream_impl(
@@ -416,24 +419,7 @@ __device__ __forceinline__ void engine_exercise_stream_impl(
             const int rows = min(32, m - mm0);
             double* const dst = wsm + is * slot;
             if (ia) {
-                const double* src = states + il * stride + (long long)mm0 * d;
-                const int total = rows * d;
-                if (ds == d && ((((unsigned long long)src) & 15ull) == 0) && (total & 1) == 0) {
-                    for (int e = 2 * lane; e < total; e += 64) async_copy16(dst + e, src + e);
-                } else {
-                    const int qd = 32 / d, rd = 32 % d;
-                    int r = lane / d;
-                    int i = lane - r * d;
-                    for (int e = lane; e < total; e += 32) {
-                        async_copy8(dst + r * ds + i, src + e);
-                        r += qd;
-                        i += rd;
-                        if (i >= d) {
-                            i -= d;
-                            ++r;
-                        }
-                    }
-                }
+                engine_rows_copy(dst, states + il * stride + (long long)mm0 * d, rows, d, ds, lane);
             }
             if (lane < rows) {
                 const long long t = il * m + mm0 + lane;
@@ -515,36 +501,12 @@ __device__ __forceinline__ void engine_exercise_stream_impl(
             const long long t = l * m + mm0 + lane;
             double cf = buf[32 * ds + lane];
             unsigned cd = ((const unsigned*)(buf + 32 * ds + 32))[lane];
-            if (active) {
-                const double payoff = engine_payoff_unrolled(s, kind, put, strike, ua, uw, nu);
-                if (payoff > 0.0) {
-                    double continuation;
-                    if (ok) {
-                        continuation = 0.0;
-                        continuation = continuation + 1.0 * beta[0];
-                        if (flat) {
-#pragma unroll 8
-                            for (int k = 1; k < n; ++k)
-                                continuation =
-                                    continuation + (s[var_asset[k]] * var_inv[k]) * beta[k];
-                        } else {
-                            double psi[ENGINE_MAX_N];
-                            psi[0] = 1.0;
-                            for (int k = 1; k < n; ++k) {
-                                psi[k] = psi[parent[k]] * (s[var_asset[k]] * var_inv[k]);
-                                continuation = continuation + psi[k] * beta[k];
-                            }
-                        }
-                    } else {
-                        continuation = mean;
-                    }
-                    if (payoff >= continuation) {
-                        cf = payoff;
-                        cd = date;
-                        cash[t] = cf;
-                        cash_date[t] = cd;
-                    }
-                }
+            if (active &&
+                engine_exercises(s, kind, put, strike, ua, uw, nu, ok, beta, mean, flat, n, parent,
+                                 var_asset, var_inv, &cf)) {
+                cd = date;
+                cash[t] = cf;
+                cash_date[t] = cd;
             }
             if (next_date >= 0) y[t] = cf * disc[cd - (unsigned)next_date];
         }
