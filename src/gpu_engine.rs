@@ -921,10 +921,11 @@ impl<T: GpuReal> GpuEngine<T> {
         )?;
         pclock.mark(pstream, Phase::Paths, "outer paths")?;
         // The path stream runs one exposure date ahead: the inner paths of t_{k+1} are
-        // queued before the engine stream's work of t_k. The buffers' event tracking
-        // (cudarc's, active with two streams) orders each set's writes after the
-        // previous date's reads of it; the events below only time the engine stream's
-        // waits.
+        // queued before the engine stream's work of t_k. The context tracks no events
+        // (cudarc's tracking is off), so these events are the only order between the
+        // streams: the path stream writes set s only after `set_free[s]` (the engine
+        // stream's last use of it, one date earlier), and the engine stream reads it only
+        // after `inner_ready[s]`.
         let mut inner_ready: [Option<CudaEvent>; 2] = [None, None];
         // `set_free[s]`: recorded on the engine stream after its last use of set s.
         let mut set_free: [Option<CudaEvent>; 2] = [None, None];
@@ -1165,6 +1166,12 @@ impl<T: GpuReal> GpuEngine<T> {
         let ns = chunk_steps.len();
         if ns > 0 {
             stream.memcpy_dtoh(&b.residuals.slice(0..ns * c), &mut b.residuals_host)?;
+            // The copy into page-locked memory is asynchronous, and with the context's
+            // event tracking off (GpuBatchSolver::new) cudarc records no event after it,
+            // so `as_slice` would not wait for it: the host would read residuals still
+            // in flight (the eighth session's run-to-run differences of the residual
+            // quantiles). Wait for the stream.
+            stream.synchronize()?;
             let host = &b.residuals_host.as_slice()?[..ns * c];
             let residuals: Vec<Vec<f32>> = host
                 .par_chunks(c)

@@ -614,3 +614,104 @@ fn stedc_f64_matches_cpu() {
 fn stedc_f32_matches_cpu() {
     stedc_matches_cpu::<f32>(52);
 }
+
+/// Each system's answer must be a function of that system alone, whatever its slot in
+/// the batch: escalation appends the systems that need the next level to its lists with
+/// one atomic per system (the order changes from run to run), and the kernels pack
+/// several systems per warp or block. [`hard_batch`] (`per = 100`, every level taken)
+/// is solved twice in its own order and once shuffled; every system must get the same
+/// bits of `x` and the same report in all three (NaN-poisoned outputs). A difference
+/// names the strategy, start, size and system.
+fn order_independent<T: GpuReal>(
+    solver: &GpuBatchSolver,
+    strategy: Strategy,
+    start: Method,
+    seed: u64,
+) {
+    let options = GpuOptions {
+        start,
+        ..Default::default()
+    };
+    solver
+        .prepare::<T>(&SIZES, strategy, &options)
+        .expect("kernels compile");
+    let bits = |v: T| {
+        let f = v.to_f64();
+        if f.is_nan() {
+            u64::MAX
+        } else {
+            f.to_bits()
+        }
+    };
+    for n in SIZES {
+        let (a, b) = hard_batch::<T>(n, 100, seed ^ (n as u64 * 104_729));
+        let count = b.len() / n;
+        // Fisher-Yates: slot i of the shuffled batch holds system perm[i].
+        let mut rng = SplitMix64::new(seed ^ 0x5eed ^ n as u64);
+        let mut perm: Vec<usize> = (0..count).collect();
+        for i in (1..count).rev() {
+            let j = (rng.next_u64() % (i as u64 + 1)) as usize;
+            perm.swap(i, j);
+        }
+        let mut pa = Vec::with_capacity(a.len());
+        let mut pb = Vec::with_capacity(b.len());
+        for &s in &perm {
+            pa.extend_from_slice(&a[s * n * n..(s + 1) * n * n]);
+            pb.extend_from_slice(&b[s * n..(s + 1) * n]);
+        }
+        let (x0, r0) = solve_on_device(solver, n, &a, &b, strategy, &options);
+        let (x1, r1) = solve_on_device(solver, n, &a, &b, strategy, &options);
+        let (xp, rp) = solve_on_device(solver, n, &pa, &pb, strategy, &options);
+        let mut methods = [0usize; 3];
+        for (slot, &s) in perm.iter().enumerate() {
+            let ctx = format!("{} n = {n} system {s} {strategy} start {start:?}", T::NAME);
+            let g0 = r0[s].to_system_report();
+            methods[g0.method as usize] += 1;
+            for (what, g, x) in [
+                ("repeat", r1[s].to_system_report(), &x1[s * n..(s + 1) * n]),
+                (
+                    "shuffled",
+                    rp[slot].to_system_report(),
+                    &xp[slot * n..(slot + 1) * n],
+                ),
+            ] {
+                assert_eq!(
+                    (g.method, g.status, g.discarded, g.residual.to_bits()),
+                    (g0.method, g0.status, g0.discarded, g0.residual.to_bits()),
+                    "{ctx}: report of the {what} solve {g:?} against {g0:?}"
+                );
+                for k in 0..n {
+                    assert_eq!(
+                        bits(x[k]),
+                        bits(x0[s * n + k]),
+                        "{ctx}: x[{k}] of the {what} solve"
+                    );
+                }
+            }
+        }
+        eprintln!(
+            "{} n = {n:2} {strategy} start {start:?}: {count} systems, methods {methods:?}, \
+             the same bits in the repeat and in the shuffled order",
+            T::NAME
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn every_strategy_is_independent_of_batch_order() {
+    // One solver (one module cache): escalation reuses the kernels of the single-method
+    // strategies, compiled per size in parallel.
+    let solver = GpuBatchSolver::new(0).expect("a CUDA device");
+    for strategy in Strategy::ALL {
+        let starts: &[Method] = if strategy == Strategy::Escalating {
+            &Method::ALL
+        } else {
+            &[Method::Ldlt]
+        };
+        for &start in starts {
+            order_independent::<f64>(&solver, strategy, start, 51);
+            order_independent::<f32>(&solver, strategy, start, 52);
+        }
+    }
+}
