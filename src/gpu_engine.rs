@@ -70,7 +70,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Share of the device's free memory a chunk may use (the rest: solver workspaces,
-/// fragmentation).
+/// fragmentation). 0.85 was measured slower (benches/RESULTS.md, "Ninth session: the
+/// chunk size").
 const MEMORY_SHARE: f64 = 0.6;
 
 struct American<T: GpuReal> {
@@ -231,8 +232,10 @@ impl PhaseClock {
 /// Per-step statistics of one chunk, merged into the run's only when the chunk succeeded.
 #[derive(Default)]
 struct ChunkOutput {
-    /// `(exposure date, exercise date, summary, residuals, too few paths)`.
-    steps: Vec<(usize, usize, BatchSummary, Vec<f32>, usize)>,
+    /// `(exposure date, exercise date, summary, too few paths)` per regression step of the
+    /// chunk, in launch order: step `s`'s residuals are `[s * c..(s + 1) * c]` of
+    /// `ChunkBuffers::residuals_host` (NaN: none), copied when the chunk completes.
+    steps: Vec<(usize, usize, BatchSummary, usize)>,
     timings: PhaseTimings,
     outer_exercises: usize,
 }
@@ -668,7 +671,8 @@ impl<T: GpuReal> GpuEngine<T> {
             records: stream.alloc_zeros(cap * STEP_RECORD_WORDS)?,
             residuals: stream.alloc_zeros(cap * c)?,
             // SAFETY: plain f32 storage, read only after a copy into it has completed
-            // (`as_slice` waits for it); flags 0: cached, for reading on the host.
+            // (`chunk` synchronizes the stream first); flags 0: cached, for reading on
+            // the host.
             residuals_host: unsafe { self.solver.context().alloc_pinned_with_flags(cap * c, 0) }?,
             exercises: stream.alloc_zeros(1)?,
         };
@@ -748,6 +752,11 @@ impl<T: GpuReal> GpuEngine<T> {
             ) {
                 Ok(()) => {}
                 Err(e) if is_out_of_memory(&e) && c > 1 => {
+                    // The path stream may still be writing the next date's inner paths
+                    // into these buffers, and their memory is released in the engine
+                    // stream's order only (no event tracking): wait for both first.
+                    self.paths.stream().synchronize()?;
+                    stream.synchronize()?;
                     chunk = c / 2;
                     bufs = None;
                     continue;
@@ -755,20 +764,35 @@ impl<T: GpuReal> GpuEngine<T> {
                 Err(e) => return Err(e),
             }
             let t_commit = Instant::now();
-            for (k, j, summary, residuals, too_few) in out.steps {
+            // The chunk's steps into the run's (one row per (k, j): the American positions
+            // of a netting set share it); then their residuals, NaN (none) left out, in
+            // one parallel pass over the page-locked copy straight into each row's
+            // vector (rows in parallel, each row's slots in launch order).
+            let mut slots: Vec<Vec<usize>> = vec![Vec::new(); steps.len()];
+            for (s, (k, j, summary, too_few)) in out.steps.into_iter().enumerate() {
                 let idx = *index.entry((k, j)).or_insert_with(|| {
                     steps.push(RegressionStepStats {
                         exposure_date: k,
                         exercise_date: j,
                         ..Default::default()
                     });
+                    slots.push(Vec::new());
                     steps.len() - 1
                 });
                 let st = &mut steps[idx];
                 st.summary.merge(&summary);
                 st.too_few_paths += too_few;
-                st.residuals.extend(residuals);
+                slots[idx].push(s);
             }
+            let host = b.residuals_host.as_slice()?;
+            steps.par_iter_mut().zip(&slots).for_each(|(st, sl)| {
+                for &s in sl {
+                    let r = &host[s * c..(s + 1) * c];
+                    st.residuals.reserve(c);
+                    st.residuals
+                        .extend(r.iter().copied().filter(|v| !v.is_nan()));
+                }
+            });
             timings.paths += out.timings.paths;
             timings.regression_build += out.timings.regression_build;
             timings.solve += out.timings.solve;
@@ -1162,7 +1186,7 @@ impl<T: GpuReal> GpuEngine<T> {
         }
         out.outer_exercises = stream.clone_dtoh(&b.exercises)?[0] as usize;
 
-        // The residuals of the chunk's steps (one copy per chunk), NaN (none) left out.
+        // The residuals of the chunk's steps (one copy per chunk; `simulate` reads them).
         let ns = chunk_steps.len();
         if ns > 0 {
             stream.memcpy_dtoh(&b.residuals.slice(0..ns * c), &mut b.residuals_host)?;
@@ -1172,15 +1196,8 @@ impl<T: GpuReal> GpuEngine<T> {
             // in flight (the eighth session's run-to-run differences of the residual
             // quantiles). Wait for the stream.
             stream.synchronize()?;
-            let host = &b.residuals_host.as_slice()?[..ns * c];
-            let residuals: Vec<Vec<f32>> = host
-                .par_chunks(c)
-                .map(|r| r.iter().copied().filter(|v| !v.is_nan()).collect())
-                .collect();
-            for ((&(k, _, j, _), (summary, too_few)), res) in
-                chunk_steps.iter().zip(summaries).zip(residuals)
-            {
-                out.steps.push((k, j, summary, res, too_few));
+            for (&(k, _, j, _), (summary, too_few)) in chunk_steps.iter().zip(summaries) {
+                out.steps.push((k, j, summary, too_few));
             }
             clock.mark(stream, Phase::Exposure, "residuals copy")?;
             clock.flush(timings)?;
