@@ -252,10 +252,6 @@ struct ChunkBuffers<T: GpuReal> {
     /// generated while the engine stream works on those of `t_k`. Set 1 serves odd `k`
     /// only, whose inner paths span one date fewer.
     inner: [CudaSlice<f64>; 2],
-    /// Elements of `inner[1]` still to allocate (0: allocated). The first chunk allocates
-    /// it while the device generates its first date's inner paths, so that the host's
-    /// mapping of that half of the buffers overlaps device work.
-    inner1_pending: usize,
     cash: [CudaSlice<f64>; 2],
     cash_date: [CudaSlice<u32>; 2],
     y: [CudaSlice<f64>; 2],
@@ -657,13 +653,12 @@ impl<T: GpuReal> GpuEngine<T> {
         // SAFETY (both): plain f64 storage; every element a kernel reads was written by
         // `GpuPaths::inner_paths` for the same exposure date first.
         let inner = [unsafe { stream.alloc(c * steps * m * d) }?, unsafe {
-            stream.alloc(1)
+            stream.alloc((c * (steps - 1) * m * d).max(1))
         }?];
         let buffers = ChunkBuffers {
             c,
             outer: stream.alloc_zeros(c * (n_dates + 1) * d)?,
             inner,
-            inner1_pending: (c * (steps - 1) * m * d).max(1),
             cash: [stream.alloc_zeros(c * m)?, stream.alloc_zeros(c * m)?],
             cash_date: [stream.alloc_zeros(c * m)?, stream.alloc_zeros(c * m)?],
             y: [stream.alloc_zeros(c * m)?, stream.alloc_zeros(c * m)?],
@@ -962,19 +957,6 @@ impl<T: GpuReal> GpuEngine<T> {
         if two_streams {
             // The outer states (and the first date's inner paths, needed next anyway).
             stream.join(pstream)?;
-        }
-        if b.inner1_pending > 0 {
-            // Set 1, while the device runs the first date's inner paths: ordered on the
-            // engine stream, after which the path stream (its writer from date 1 on)
-            // waits for the engine stream.
-            let t = Instant::now();
-            // SAFETY: as in `buffers`.
-            b.inner[1] = unsafe { stream.alloc(b.inner1_pending) }?;
-            b.inner1_pending = 0;
-            clock.host("host: inner set 1 allocation", t);
-            if two_streams {
-                pstream.join(stream)?;
-            }
         }
 
         for k in 0..=n_dates {
