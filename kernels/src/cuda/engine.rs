@@ -397,6 +397,37 @@ fn payoff_args<'a>(l: &mut cudarc::driver::LaunchArgs<'a>, p: &'a DevicePayoff) 
         .arg(&p.len);
 }
 
+/// The arguments both exercise kernels take after the payoff's, from `itm_only` to the
+/// discount table (`int, int, const int*, const int*, const double*, int, const real*,
+/// const EngineReport*, const unsigned char*, const unsigned*, const double*`).
+struct ExerciseInputs<'a, T: GpuReal> {
+    itm: i32,
+    n: i32,
+    basis: &'a DeviceBasis,
+    flat: i32,
+    x: &'a CudaView<'a, T>,
+    reports: &'a CudaView<'a, GpuReport>,
+    alive: &'a CudaView<'a, u8>,
+    counts: &'a CudaView<'a, u32>,
+    discount: &'a CudaView<'a, f64>,
+}
+
+impl<'a, T: GpuReal> ExerciseInputs<'a, T> {
+    fn push(&'a self, l: &mut cudarc::driver::LaunchArgs<'a>) {
+        l.arg(&self.itm)
+            .arg(&self.n)
+            .arg(&self.basis.parent)
+            .arg(&self.basis.var_asset)
+            .arg(&self.basis.var_inv)
+            .arg(&self.flat)
+            .arg(self.x)
+            .arg(self.reports)
+            .arg(self.alive)
+            .arg(self.counts)
+            .arg(self.discount);
+    }
+}
+
 /// The leading arguments of the warp-per-outer-path kernels (`engine_cash_init`,
 /// `engine_european`, `engine_exercise_*`), as the kernels take them.
 struct TileArgs {
@@ -621,8 +652,17 @@ impl EngineKernels {
             return Ok(());
         }
         let next = next_date.map_or(-1, |j| j as i32);
-        let n_arg = n as i32;
-        let (itm, flat) = (i32::from(itm_only), i32::from(basis.flat));
+        let inputs = ExerciseInputs {
+            itm: i32::from(itm_only),
+            n: n as i32,
+            basis,
+            flat: i32::from(basis.flat),
+            x,
+            reports,
+            alive,
+            counts,
+            discount,
+        };
         if let Some(cfg) =
             self.exercise_stream_config(&view, n, payoff.len as usize, discount.len())?
         {
@@ -642,18 +682,8 @@ impl EngineKernels {
                 .arg(&d32)
                 .arg(&ds);
             payoff_args(&mut l, payoff);
-            l.arg(&itm)
-                .arg(&n_arg)
-                .arg(&basis.parent)
-                .arg(&basis.var_asset)
-                .arg(&basis.var_inv)
-                .arg(&flat)
-                .arg(x)
-                .arg(reports)
-                .arg(alive)
-                .arg(counts)
-                .arg(discount)
-                .arg(&n_discount)
+            inputs.push(&mut l);
+            l.arg(&n_discount)
                 .arg(&date)
                 .arg(&next)
                 .arg(y)
@@ -678,22 +708,8 @@ impl EngineKernels {
         };
         let mut l = self.stream.launch_builder(f);
         t.push(&mut l, view.states, payoff);
-        l.arg(&itm)
-            .arg(&n_arg)
-            .arg(&basis.parent)
-            .arg(&basis.var_asset)
-            .arg(&basis.var_inv)
-            .arg(&flat)
-            .arg(x)
-            .arg(reports)
-            .arg(alive)
-            .arg(counts)
-            .arg(discount)
-            .arg(&date)
-            .arg(&next)
-            .arg(y)
-            .arg(cash)
-            .arg(cash_date);
+        inputs.push(&mut l);
+        l.arg(&date).arg(&next).arg(y).arg(cash).arg(cash_date);
         // SAFETY: the arguments match `engine_exercise_{f64,f32}` for `T` (const double*,
         // long long, long long, int, int, int, int, int, int, int, int, double, const int*,
         // const double*, int, int, int, const int*, const int*, const double*, int,
