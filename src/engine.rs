@@ -84,6 +84,8 @@ pub trait Progress: Sync {
     fn chunk_started(&self, _paths: usize, _dates: usize) {}
     fn date_done(&self) {}
     fn chunk_done(&self, _paths: usize) {}
+    /// A line for the user about the run (a retry, a fallback), printed above the bars.
+    fn note(&self, _line: &str) {}
 }
 
 /// No progress output.

@@ -95,6 +95,10 @@ pub struct GpuEngine<T: GpuReal> {
     /// date, so that nothing else reads those states and nothing else uses the cash
     /// buffers, and the market has the fixed path kernels.
     pays_at_maturity: Option<usize>,
+    /// Test hook `CVA_GPU_TEST_OOM_ABOVE=<c>`: a chunk of more than `c` outer paths fails
+    /// with the driver's out-of-memory error after queueing its second date's inner paths
+    /// (work of both streams in flight), as a real one would in the solver's workspaces.
+    test_oom_above: Option<usize>,
     /// `discount[s] = e^{-r s dt}`, `s = 0..=N`, and its device copy.
     discount: Vec<f64>,
     discount_dev: CudaSlice<f64>,
@@ -574,6 +578,9 @@ impl<T: GpuReal> GpuEngine<T> {
             payoffs,
             americans,
             pays_at_maturity,
+            test_oom_above: std::env::var("CVA_GPU_TEST_OOM_ABOVE")
+                .ok()
+                .and_then(|v| v.parse().ok()),
             discount,
             discount_dev,
             startup: t0.elapsed(),
@@ -727,6 +734,10 @@ impl<T: GpuReal> GpuEngine<T> {
                 match allocated {
                     Ok(b) => bufs = Some(b),
                     Err(e) if is_out_of_memory(&e) && chunk > 1 => {
+                        progress.note(&format!(
+                            "GPU: out of memory allocating chunks of {chunk} outer paths; retrying with {}",
+                            chunk / 2
+                        ));
                         chunk /= 2;
                         continue;
                     }
@@ -757,6 +768,10 @@ impl<T: GpuReal> GpuEngine<T> {
                     // stream's order only (no event tracking): wait for both first.
                     self.paths.stream().synchronize()?;
                     stream.synchronize()?;
+                    progress.note(&format!(
+                        "GPU: out of memory in a chunk of {c} outer paths; retrying with {}",
+                        c / 2
+                    ));
                     chunk = c / 2;
                     bufs = None;
                     continue;
@@ -966,6 +981,11 @@ impl<T: GpuReal> GpuEngine<T> {
                 }
                 inner_ready[(k + 1) % 2] =
                     self.queue_inner_paths(scenario, b, (c0, c), k + 1, pclock)?;
+                if k == 0 && self.test_oom_above.is_some_and(|t| c > t) {
+                    return Err(GpuError::Cuda(DriverError(
+                        CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+                    )));
+                }
             }
             let set = k % 2;
             let mut values = netted.slice_mut(k * m0 + c0..k * m0 + c0 + c);

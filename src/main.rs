@@ -68,10 +68,13 @@ struct Bars {
     _multi: MultiProgress,
     paths: ProgressBar,
     dates: ProgressBar,
+    /// Print notes (not `--quiet`).
+    notes: bool,
 }
 
 impl Bars {
-    fn new(outer_paths: usize, visible: bool) -> Self {
+    /// Bars drawn on stderr when `visible`; notes printed when `notes`.
+    fn new(outer_paths: usize, visible: bool, notes: bool) -> Self {
         let multi = MultiProgress::with_draw_target(if visible {
             ProgressDrawTarget::stderr()
         } else {
@@ -88,6 +91,7 @@ impl Bars {
             _multi: multi,
             paths,
             dates,
+            notes,
         }
     }
 }
@@ -103,6 +107,11 @@ impl Progress for Bars {
     fn chunk_done(&self, paths: usize) {
         self.paths.inc(paths as u64);
     }
+    fn note(&self, line: &str) {
+        if self.notes {
+            self.paths.suspend(|| eprintln!("{line}"));
+        }
+    }
 }
 
 fn run(args: RunArgs) -> Result<()> {
@@ -115,12 +124,9 @@ fn run(args: RunArgs) -> Result<()> {
     let bars = Bars::new(
         scenario.simulation.outer_paths,
         show && std::io::stderr().is_terminal(),
+        show,
     );
-    let note = |line: &str| {
-        if show {
-            bars.paths.suspend(|| eprintln!("{line}"));
-        }
-    };
+    let note = |line: &str| bars.note(line);
     let out = cva::run::run_with(&scenario, args.threads, &bars, &note)?;
     bars.paths.finish_and_clear();
     bars.dates.finish_and_clear();

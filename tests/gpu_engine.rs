@@ -3,7 +3,7 @@
 //! run with `--include-ignored` on the GPU machine.
 
 mod common;
-use common::{check_european_closed_form, cva, f, run_json, run_json_env, scenario};
+use common::{check_european_closed_form, cva, cva_env, f, run_json, run_json_env, scenario};
 use polars::prelude::*;
 use std::path::Path;
 
@@ -477,4 +477,76 @@ fn backend_gpu_without_a_gpu_is_a_clear_error() {
     assert!(err.contains("backend auto: running on the CPU"), "{err}");
     let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(s["backend"].as_str(), Some("cpu"));
+}
+
+/// Out of memory in the middle of a chunk is retried with chunks of half the size. The
+/// test hook `CVA_GPU_TEST_OOM_ABOVE=1000` makes every chunk of more than 1,000 outer
+/// paths fail with the driver's out-of-memory error once its second date's inner paths
+/// are queued (work of both streams in flight): 3,000 outer paths fail as one chunk and
+/// as two of 1,500, then run as four of 750. The terminal says so, and the CVA, the EPE
+/// profile and every column of solver_stats.parquet are the same bits as the run in one
+/// chunk (each path's arithmetic does not depend on the chunking; basket29's steps all
+/// start at L D L^T, so the memory rule carries nothing between chunks).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn out_of_memory_in_a_chunk_is_retried_with_smaller_chunks() {
+    let sc = scenario("basket29.yaml");
+    let mut runs = Vec::new();
+    for hook in [None, Some("1000")] {
+        let dir = tempfile::tempdir().unwrap();
+        let args = [
+            "run",
+            sc.to_str().unwrap(),
+            "--json",
+            "--out",
+            dir.path().to_str().unwrap(),
+            "--backend",
+            "gpu",
+            "--set",
+            "simulation.outer_paths=3000",
+            "--set",
+            "simulation.precision=f64",
+        ];
+        let env: Vec<(&str, &str)> = hook
+            .map(|t| vec![("CVA_GPU_TEST_OOM_ABOVE", t)])
+            .unwrap_or_default();
+        let o = cva_env(&args, &env);
+        let stderr = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(o.status.success(), "cva {args:?} failed: {stderr}");
+        let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let retries: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.contains("out of memory"))
+            .collect();
+        match hook {
+            None => assert!(retries.is_empty(), "{stderr}"),
+            Some(_) => assert_eq!(
+                retries,
+                [
+                    "GPU: out of memory in a chunk of 3000 outer paths; retrying with 1500",
+                    "GPU: out of memory in a chunk of 1500 outer paths; retrying with 750",
+                ],
+                "{stderr}"
+            ),
+        }
+        let stats = read_frame(&dir.path().join("solver_stats.parquet"));
+        runs.push((f(&s, "cva").to_bits(), epe(dir.path()), stats));
+    }
+    let (one, retried) = (&runs[0], &runs[1]);
+    assert_eq!(one.0, retried.0, "CVA");
+    assert_eq!(
+        one.1.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        retried.1.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        "EPE"
+    );
+    assert!(
+        one.2.equals_missing(&retried.2),
+        "solver_stats.parquet differs:\n{}\n{}",
+        one.2,
+        retried.2
+    );
+    println!(
+        "basket29 3,000 outer paths: CVA {} in one chunk and in four after two out-of-memory retries",
+        f64::from_bits(one.0)
+    );
 }
