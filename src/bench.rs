@@ -512,6 +512,14 @@ pub fn path_steps(sc: &Scenario) -> f64 {
     m0 * d * (n as f64 + m * inner_steps as f64)
 }
 
+/// No bars; the run's notes (backend, retries) on stderr.
+struct NotesOnly;
+impl engine::Progress for NotesOnly {
+    fn note(&self, line: &str) {
+        eprintln!("{line}");
+    }
+}
+
 /// Runs the benchmark and prints/writes the rows.
 ///
 /// # Errors
@@ -525,8 +533,7 @@ pub fn run(args: &RunBenchArgs) -> Result<()> {
         let mut set = args.set.clone();
         set.push(format!("simulation.backend={b}"));
         let sc = Scenario::load(&args.scenario, &set)?;
-        let note = |line: &str| eprintln!("{line}");
-        let out = crate::run::run_with(&sc, args.threads, &NoProgress, &note)?;
+        let out = crate::run::run(&sc, args.threads, &NotesOnly)?;
         let s = &out.summary;
         rows.push(RunBenchRow {
             scenario: s.scenario.clone(),

@@ -126,8 +126,7 @@ fn run(args: RunArgs) -> Result<()> {
         show && std::io::stderr().is_terminal(),
         show,
     );
-    let note = |line: &str| bars.note(line);
-    let out = cva::run::run_with(&scenario, args.threads, &bars, &note)?;
+    let out = cva::run::run(&scenario, args.threads, &bars)?;
     bars.paths.finish_and_clear();
     bars.dates.finish_and_clear();
     let written = if args.no_report {

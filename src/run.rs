@@ -20,7 +20,7 @@ pub enum ResolvedBackend {
 /// Chooses the backend for `requested` by probing for a CUDA device (no context is
 /// created): `cpu` is the CPU; `gpu` is the GPU, or an error without one; `auto` is
 /// the GPU when one is present, else the CPU with a one-line `note` saying why.
-/// [`run_with`] also falls back from `auto` to the CPU when the GPU fails to start.
+/// [`run`] also falls back from `auto` to the CPU when the GPU fails to start.
 ///
 /// # Errors
 /// If `gpu` is requested and no usable device is found.
@@ -85,29 +85,17 @@ pub struct RunOutput {
     pub simulation: NestedSimulation,
 }
 
-/// Simulates `scenario` on its backend (`simulation.backend`), the CPU with `threads`
-/// rayon threads (0: all cores); no messages.
-///
-/// # Errors
-/// As [`run_with`].
-pub fn run(scenario: &Scenario, threads: usize, progress: &dyn Progress) -> Result<RunOutput> {
-    run_with(scenario, threads, progress, &|_| {})
-}
-
 /// Simulates `scenario` on its backend: `cpu` with `threads` rayon threads (0: all
 /// cores); `gpu` on CUDA device 0; `auto` on the GPU when one is present and starts
-/// (context, NVRTC compiles), else on the CPU. `note` receives one-line messages for
-/// the terminal: which GPU runs, or why `auto` fell back to the CPU.
+/// (context, NVRTC compiles), else on the CPU. [`Progress::note`] receives one-line
+/// messages for the terminal: which GPU runs, why `auto` fell back to the CPU, the GPU
+/// engine's out-of-memory retries.
 ///
 /// # Errors
 /// If the thread pool cannot be built; with `gpu`, if there is no usable GPU or it
 /// fails to start; on the GPU, any kernel or driver error during the run.
-pub fn run_with(
-    scenario: &Scenario,
-    threads: usize,
-    progress: &dyn Progress,
-    note: &dyn Fn(&str),
-) -> Result<RunOutput> {
+pub fn run(scenario: &Scenario, threads: usize, progress: &dyn Progress) -> Result<RunOutput> {
+    let note = |line: &str| progress.note(line);
     let requested = scenario.simulation.backend;
     let (resolved, why) = resolve_backend(requested)?;
     if let Some(why) = why {
