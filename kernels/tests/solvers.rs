@@ -892,6 +892,21 @@ fn solve_indefinite_batch<T: Real>(chk: &mut Checker, label: &str, batch: &Batch
     }
 }
 
+/// `#[test] fn $name`: `$each::<f32>` then `$each::<f64>` on one [`Checker`], which
+/// reports every failure of both precisions at the end.
+macro_rules! test_both_precisions {
+    ($(#[$doc:meta])* $name:ident => $each:ident) => {
+        $(#[$doc])*
+        #[test]
+        fn $name() {
+            let mut chk = Checker::default();
+            $each::<f32>(&mut chk);
+            $each::<f64>(&mut chk);
+            chk.finish(stringify!($name));
+        }
+    };
+}
+
 // ---------------------------------------------------------------------------------------
 // Random SPD batches and the paper's family
 // ---------------------------------------------------------------------------------------
@@ -906,14 +921,10 @@ fn random_spd_for<T: Real>(chk: &mut Checker) {
     }
 }
 
-/// Batches of 64 random SPD systems (`κ <= 10^3`, random power-of-two scale) for every
-/// size: every strategy, status `Ok` with the expected method, residual and forward error.
-#[test]
-fn random_spd_batches() {
-    let mut chk = Checker::default();
-    random_spd_for::<f32>(&mut chk);
-    random_spd_for::<f64>(&mut chk);
-    chk.finish("random_spd_batches");
+test_both_precisions! {
+    /// Batches of 64 random SPD systems (`κ <= 10^3`, random power-of-two scale) for every
+    /// size: every strategy, status `Ok` with the expected method, residual and forward error.
+    random_spd_batches => random_spd_for
 }
 
 fn paper_family_for<T: Real>(chk: &mut Checker) {
@@ -935,14 +946,10 @@ fn paper_family_for<T: Real>(chk: &mut Checker) {
     }
 }
 
-/// The paper's family `A = Q R Q^T` (Section 3.3, [`paper_family`]) for
-/// `ρ = 0.1, 0.5, 0.9, 0.99`, batches of 16, every size and strategy.
-#[test]
-fn paper_family_batches() {
-    let mut chk = Checker::default();
-    paper_family_for::<f32>(&mut chk);
-    paper_family_for::<f64>(&mut chk);
-    chk.finish("paper_family_batches");
+test_both_precisions! {
+    /// The paper's family `A = Q R Q^T` (Section 3.3, [`paper_family`]) for
+    /// `ρ = 0.1, 0.5, 0.9, 0.99`, batches of 16, every size and strategy.
+    paper_family_batches => paper_family_for
 }
 
 // ---------------------------------------------------------------------------------------
@@ -970,13 +977,9 @@ fn identity_for<T: Real>(chk: &mut Checker) {
     }
 }
 
-/// `c I` for `c = 1, 2^-20, 2^20`.
-#[test]
-fn identity() {
-    let mut chk = Checker::default();
-    identity_for::<f32>(&mut chk);
-    identity_for::<f64>(&mut chk);
-    chk.finish("identity");
+test_both_precisions! {
+    /// `c I` for `c = 1, 2^-20, 2^20`.
+    identity => identity_for
 }
 
 fn equicorrelation_for<T: Real>(chk: &mut Checker) {
@@ -1005,14 +1008,10 @@ fn equicorrelation_for<T: Real>(chk: &mut Checker) {
     }
 }
 
-/// The equicorrelation matrix `Ξ_ρ`: eigenvalue `1 − ρ` repeated `n − 1` times (heavy
-/// deflation in divide and conquer), `κ = (1 + (n−1) ρ) / (1 − ρ)` up to `6.3e3`.
-#[test]
-fn equicorrelation_repeated_eigenvalue() {
-    let mut chk = Checker::default();
-    equicorrelation_for::<f32>(&mut chk);
-    equicorrelation_for::<f64>(&mut chk);
-    chk.finish("equicorrelation_repeated_eigenvalue");
+test_both_precisions! {
+    /// The equicorrelation matrix `Ξ_ρ`: eigenvalue `1 − ρ` repeated `n − 1` times (heavy
+    /// deflation in divide and conquer), `κ = (1 + (n−1) ρ) / (1 − ρ)` up to `6.3e3`.
+    equicorrelation_repeated_eigenvalue => equicorrelation_for
 }
 
 /// Block-diagonal SPD matrix with blocks of random sizes `1..=max_block` (`max_block = 1`:
@@ -1066,15 +1065,11 @@ fn split_tridiagonal_for<T: Real>(chk: &mut Checker) {
     }
 }
 
-/// Diagonal and block-diagonal SPD matrices: their Householder tridiagonal form has zero
-/// off-diagonal entries (already reduced rows, a split tridiagonal matrix for PCR and
-/// divide and conquer).
-#[test]
-fn zero_offdiagonals_in_tridiagonal_form() {
-    let mut chk = Checker::default();
-    split_tridiagonal_for::<f32>(&mut chk);
-    split_tridiagonal_for::<f64>(&mut chk);
-    chk.finish("zero_offdiagonals_in_tridiagonal_form");
+test_both_precisions! {
+    /// Diagonal and block-diagonal SPD matrices: their Householder tridiagonal form has zero
+    /// off-diagonal entries (already reduced rows, a split tridiagonal matrix for PCR and
+    /// divide and conquer).
+    zero_offdiagonals_in_tridiagonal_form => split_tridiagonal_for
 }
 
 /// Powers of two spanning `GRADING_BITS` binary orders of magnitude along the diagonal
@@ -1191,17 +1186,13 @@ fn graded_for<T: Real>(chk: &mut Checker) {
     }
 }
 
-/// Graded SPD matrices `D A D`, `A` with unit diagonal and `κ(A) <= 10^2`, `D` powers of
-/// two over `2^30` (so `D A D` spans 18 decimal orders and `κ(D A D)` is up to ~`10^20`):
-/// `L D L^T` (and the escalating strategy, which stays there) solves them with the
-/// accuracy of the equilibrated matrix; Householder + PCR with a small normwise
-/// residual; divide and conquer discards eigenvalues and gives the truncated solution.
-#[test]
-fn graded_matrices() {
-    let mut chk = Checker::default();
-    graded_for::<f32>(&mut chk);
-    graded_for::<f64>(&mut chk);
-    chk.finish("graded_matrices");
+test_both_precisions! {
+    /// Graded SPD matrices `D A D`, `A` with unit diagonal and `κ(A) <= 10^2`, `D` powers of
+    /// two over `2^30` (so `D A D` spans 18 decimal orders and `κ(D A D)` is up to ~`10^20`):
+    /// `L D L^T` (and the escalating strategy, which stays there) solves them with the
+    /// accuracy of the equilibrated matrix; Householder + PCR with a small normwise
+    /// residual; divide and conquer discards eigenvalues and gives the truncated solution.
+    graded_matrices => graded_for
 }
 
 /// Wilkinson's `W_n^+`: tridiagonal, `|(n−1)/2 − i|` on the diagonal, 1 beside it.
@@ -1243,15 +1234,11 @@ fn wilkinson_for<T: Real>(chk: &mut Checker) {
     }
 }
 
-/// Wilkinson's tridiagonal `W_n^+` as the matrix (indefinite for the sizes here, with
-/// pairs of very close eigenvalues, and zeros on the diagonal for odd `n`), and `W_n^+`
-/// shifted to be positive definite.
-#[test]
-fn wilkinson_tridiagonal() {
-    let mut chk = Checker::default();
-    wilkinson_for::<f32>(&mut chk);
-    wilkinson_for::<f64>(&mut chk);
-    chk.finish("wilkinson_tridiagonal");
+test_both_precisions! {
+    /// Wilkinson's tridiagonal `W_n^+` as the matrix (indefinite for the sizes here, with
+    /// pairs of very close eigenvalues, and zeros on the diagonal for odd `n`), and `W_n^+`
+    /// shifted to be positive definite.
+    wilkinson_tridiagonal => wilkinson_for
 }
 
 fn indefinite_for<T: Real>(chk: &mut Checker) {
@@ -1277,15 +1264,11 @@ fn indefinite_for<T: Real>(chk: &mut Checker) {
     }
 }
 
-/// Indefinite nonsingular symmetric matrices (`|λ|` in `[0.01, 1]`, both signs):
-/// `Ldlt` reports `NotPositiveDefinite` with NaN `x`; `Escalating` recovers through
-/// Householder + PCR or divide and conquer; `DivideConquer` solves them.
-#[test]
-fn indefinite_nonsingular() {
-    let mut chk = Checker::default();
-    indefinite_for::<f32>(&mut chk);
-    indefinite_for::<f64>(&mut chk);
-    chk.finish("indefinite_nonsingular");
+test_both_precisions! {
+    /// Indefinite nonsingular symmetric matrices (`|λ|` in `[0.01, 1]`, both signs):
+    /// `Ldlt` reports `NotPositiveDefinite` with NaN `x`; `Escalating` recovers through
+    /// Householder + PCR or divide and conquer; `DivideConquer` solves them.
+    indefinite_nonsingular => indefinite_for
 }
 
 /// Exactly singular PSD `G G^T` of rank `r`, exact in `f32`: `G = P [I_r; C]` with `C`
@@ -1604,16 +1587,12 @@ fn non_finite_for<T: Real>(chk: &mut Checker) {
     }
 }
 
-/// A NaN or an infinity in one system's matrix (lower triangle) or right-hand side: that
-/// system is reported `NonFiniteInput` with NaN `x`, every other system's `x` and report
-/// are bitwise those of a run without the bad value; and the strict upper triangle
-/// (NaN vs the symmetric values) changes nothing.
-#[test]
-fn non_finite_input_is_isolated() {
-    let mut chk = Checker::default();
-    non_finite_for::<f32>(&mut chk);
-    non_finite_for::<f64>(&mut chk);
-    chk.finish("non_finite_input_is_isolated");
+test_both_precisions! {
+    /// A NaN or an infinity in one system's matrix (lower triangle) or right-hand side: that
+    /// system is reported `NonFiniteInput` with NaN `x`, every other system's `x` and report
+    /// are bitwise those of a run without the bad value; and the strict upper triangle
+    /// (NaN vs the symmetric values) changes nothing.
+    non_finite_input_is_isolated => non_finite_for
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1791,16 +1770,12 @@ fn memory_rule_for<T: Real>(chk: &mut Checker) {
     );
 }
 
-/// The escalation memory rule ([`BatchSummary::next_start`]): the next batch starts at
-/// the highest level reached by at least `memory_fraction` of the systems (at least one
-/// system), never below the start; starting above `L D L^T` never reports
-/// `Method::Ldlt`; the other strategies ignore `start`; `merge` adds counts.
-#[test]
-fn escalation_memory_rule() {
-    let mut chk = Checker::default();
-    memory_rule_for::<f32>(&mut chk);
-    memory_rule_for::<f64>(&mut chk);
-    chk.finish("escalation_memory_rule");
+test_both_precisions! {
+    /// The escalation memory rule ([`BatchSummary::next_start`]): the next batch starts at
+    /// the highest level reached by at least `memory_fraction` of the systems (at least one
+    /// system), never below the start; starting above `L D L^T` never reports
+    /// `Method::Ldlt`; the other strategies ignore `start`; `merge` adds counts.
+    escalation_memory_rule => memory_rule_for
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1854,13 +1829,9 @@ fn threads_for<T: Real>(chk: &mut Checker) {
     }
 }
 
-/// A mixed batch (SPD, indefinite, singular, one NaN) spanning several rayon tasks gives
-/// bitwise identical solutions, reports and summaries in a 1-thread pool, a 3-thread pool
-/// and the global pool.
-#[test]
-fn results_independent_of_thread_count() {
-    let mut chk = Checker::default();
-    threads_for::<f32>(&mut chk);
-    threads_for::<f64>(&mut chk);
-    chk.finish("results_independent_of_thread_count");
+test_both_precisions! {
+    /// A mixed batch (SPD, indefinite, singular, one NaN) spanning several rayon tasks gives
+    /// bitwise identical solutions, reports and summaries in a 1-thread pool, a 3-thread pool
+    /// and the global pool.
+    results_independent_of_thread_count => threads_for
 }

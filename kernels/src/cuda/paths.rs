@@ -28,8 +28,8 @@ use super::regression::{GpuOptionKind, GpuPayoff, GpuUnderlying};
 use super::GpuError;
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig,
-    PushKernelArg,
+    CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchArgs,
+    LaunchConfig, PushKernelArg,
 };
 use std::sync::Arc;
 
@@ -191,6 +191,21 @@ pub struct GpuPaths {
     pays: bool,
 }
 
+/// One thread per path: blocks of `block` threads, `smem` bytes of dynamic shared memory.
+fn launch_1d(threads_needed: usize, block: usize, smem: usize) -> Result<LaunchConfig, GpuError> {
+    let grid = threads_needed.div_ceil(block);
+    if grid > i32::MAX as usize {
+        return Err(GpuError::Invalid(format!(
+            "{threads_needed} paths in one launch"
+        )));
+    }
+    Ok(LaunchConfig {
+        grid_dim: (grid as u32, 1, 1),
+        block_dim: (block as u32, 1, 1),
+        shared_mem_bytes: smem as u32,
+    })
+}
+
 /// The cash flows of an American position at its maturity date, written by
 /// [`GpuPaths::inner_paths_paying`] instead of the last step's states: for inner path
 /// `mm` of outer path `l`, `cash[l * inner + mm]` = the payoff, `cash_date[..] = date`
@@ -339,14 +354,11 @@ impl GpuPaths {
         &self.stream
     }
 
-    /// Block size and dynamic shared bytes of the path kernels (one column of `2 d`
+    /// Launch of a generic path kernel over `threads_needed` threads: block size and
+    /// dynamic shared bytes (one column of `2 d`
     /// doubles of scratch per thread, `d` without a factor); raises the kernel's shared
     /// limit when more than 48 KiB are needed.
-    fn geometry(
-        &self,
-        f: &CudaFunction,
-        threads_needed: usize,
-    ) -> Result<(u32, u32, u32), GpuError> {
+    fn geometry(&self, f: &CudaFunction, threads_needed: usize) -> Result<LaunchConfig, GpuError> {
         let per_thread = if self.factor.is_some() { 2 } else { 1 } * self.d * 8;
         let mut block = 128usize;
         while block > 32 && block * per_thread > 48 * 1024 {
@@ -366,13 +378,23 @@ impl GpuPaths {
                 smem as i32,
             )?;
         }
-        let grid = threads_needed.div_ceil(block);
-        if grid > i32::MAX as usize {
-            return Err(GpuError::Invalid(format!(
-                "{threads_needed} paths in one launch"
-            )));
-        }
-        Ok((block as u32, grid as u32, smem as u32))
+        launch_1d(threads_needed, block, smem)
+    }
+
+    /// Launch of a fixed kernel (`FIXED_BLOCK` threads, static shared memory) over
+    /// `threads_needed` threads.
+    fn fixed_config(threads_needed: usize) -> Result<LaunchConfig, GpuError> {
+        launch_1d(threads_needed, FIXED_BLOCK, 0)
+    }
+
+    /// The market arguments of a generic kernel: drift, vol (d doubles each), then the
+    /// factor (d * d) or `null`.
+    fn push_market<'a>(&'a self, l: &mut LaunchArgs<'a>, null: &'a u64) {
+        l.arg(&self.drift).arg(&self.vol);
+        match &self.factor {
+            Some(f) => l.arg(f),
+            None => l.arg(null),
+        };
     }
 
     /// Simulates outer paths `first_path .. first_path + paths` over `steps` steps into
@@ -399,10 +421,7 @@ impl GpuPaths {
         }
         let (paths_arg, steps_arg, d_arg) = (paths as i64, steps as i32, self.d as i32);
         if self.fixed {
-            let grid = paths.div_ceil(FIXED_BLOCK);
-            if grid > i32::MAX as usize {
-                return Err(GpuError::Invalid(format!("{paths} paths in one launch")));
-            }
+            let cfg = Self::fixed_config(paths)?;
             let mut l = self.stream.launch_builder(&self.outer);
             l.arg(&self.seed)
                 .arg(&first_path)
@@ -410,11 +429,6 @@ impl GpuPaths {
                 .arg(&steps_arg)
                 .arg(&self.spots)
                 .arg(out);
-            let cfg = LaunchConfig {
-                grid_dim: (grid as u32, 1, 1),
-                block_dim: (FIXED_BLOCK as u32, 1, 1),
-                shared_mem_bytes: 0,
-            };
             // SAFETY: the argument list matches `outer_paths_fixed` in paths.cu (u64,
             // u32, i64, i32, spots: d doubles, out: checked above to hold
             // paths*(steps+1)*d doubles), compiled with PATHS_D = d and PATHS_BLOCK =
@@ -423,7 +437,7 @@ impl GpuPaths {
             unsafe { l.launch(cfg) }?;
             return Ok(());
         }
-        let (block, grid, smem) = self.geometry(&self.outer, paths)?;
+        let cfg = self.geometry(&self.outer, paths)?;
         let null = 0u64;
         let mut l = self.stream.launch_builder(&self.outer);
         l.arg(&self.seed)
@@ -431,19 +445,9 @@ impl GpuPaths {
             .arg(&paths_arg)
             .arg(&steps_arg)
             .arg(&d_arg)
-            .arg(&self.spots)
-            .arg(&self.drift)
-            .arg(&self.vol);
-        match &self.factor {
-            Some(f) => l.arg(f),
-            None => l.arg(&null),
-        };
+            .arg(&self.spots);
+        self.push_market(&mut l, &null);
         l.arg(out);
-        let cfg = LaunchConfig {
-            grid_dim: (grid, 1, 1),
-            block_dim: (block, 1, 1),
-            shared_mem_bytes: smem,
-        };
         // SAFETY: the argument list matches `outer_paths` in paths.cu (u64, u32, i64,
         // i32, i32, then five pointers: spots, drift, vol, d-element device arrays;
         // factor, d*d elements or null; out, checked above to hold paths*(steps+1)*d
@@ -565,13 +569,7 @@ impl GpuPaths {
             start_stride as i64,
         );
         if self.fixed {
-            let grid = (outer * inner).div_ceil(FIXED_BLOCK);
-            if grid > i32::MAX as usize {
-                return Err(GpuError::Invalid(format!(
-                    "{} inner paths in one launch",
-                    outer * inner
-                )));
-            }
+            let cfg = Self::fixed_config(outer * inner)?;
             let null = 0u64;
             let pay_step: i32 = if pay.is_some() { steps_arg - 1 } else { -1 };
             let (pay_date, pay_df) = pay
@@ -603,11 +601,6 @@ impl GpuPaths {
                     l.arg(&null).arg(&null).arg(&null);
                 }
             }
-            let cfg = LaunchConfig {
-                grid_dim: (grid as u32, 1, 1),
-                block_dim: (FIXED_BLOCK as u32, 1, 1),
-                shared_mem_bytes: 0,
-            };
             // SAFETY: the argument list matches `inner_paths_fixed` in paths.cu (u64,
             // u32, u32, i64, i32, i32, start pointer, i64, out, i32, u32, f64, cash,
             // cash_date, y: pointers or null), compiled with PATHS_D = d and PATHS_BLOCK
@@ -622,7 +615,7 @@ impl GpuPaths {
             return Ok(());
         }
         debug_assert!(pay.is_none(), "a maturity payoff needs the fixed kernels");
-        let (block, grid, smem) = self.geometry(&self.inner, outer * inner)?;
+        let cfg = self.geometry(&self.inner, outer * inner)?;
         let null = 0u64;
         let mut l = self.stream.launch_builder(&self.inner);
         l.arg(&self.seed)
@@ -633,19 +626,9 @@ impl GpuPaths {
             .arg(&steps_arg)
             .arg(&d_arg)
             .arg(start)
-            .arg(&stride_arg)
-            .arg(&self.drift)
-            .arg(&self.vol);
-        match &self.factor {
-            Some(f) => l.arg(f),
-            None => l.arg(&null),
-        };
+            .arg(&stride_arg);
+        self.push_market(&mut l, &null);
         l.arg(out);
-        let cfg = LaunchConfig {
-            grid_dim: (grid, 1, 1),
-            block_dim: (block, 1, 1),
-            shared_mem_bytes: smem,
-        };
         // SAFETY: the argument list matches `inner_paths` in paths.cu (u64, u32, u32,
         // i64, i32, i32, i32, start pointer, i64, drift, vol, factor or null, out).
         // `start` holds (outer-1)*start_stride + d elements and `out`
