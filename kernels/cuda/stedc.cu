@@ -2046,16 +2046,33 @@ __device__ bool stedc(real* d, real* e, Ws& ws, int lane, int& bars, int* ktop) 
     return !warp_any(bad);
 }
 
-// truncated_eigen_solve: v <- sum_{kept} (Z_i^T v / lambda_i) Z_i; returns the number
-// of discarded eigenvalues. z: N x LD; tmp: N scratch.
-__device__ int truncated_eigen_solve(const real* lambda, const real* z, real* v, real* tmp, real threshold, int lane) {
+// max_i |lambda_i| over i < N, in every lane.
+__device__ __forceinline__ real warp_abs_max(const real* lambda, int lane) {
     real lmax = 0;
 #pragma unroll
     for (int s = 0; s < SLOTS; ++s) {
         const int i = lane + 32 * s;
         if (i < N) lmax = fmax(lmax, fabs(lambda[i]));
     }
-    lmax = warp_max(lmax);
+    return warp_max(lmax);
+}
+
+// v[r] = out[s] for the rows r = lane + 32 s < N, after every lane's reads of v (the
+// warp synchronises before and after).
+__device__ __forceinline__ void store_rows(real* v, const real (&out)[SLOTS], int lane) {
+    __syncwarp();
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        const int r = lane + 32 * s;
+        if (r < N) v[r] = out[s];
+    }
+    __syncwarp();
+}
+
+// truncated_eigen_solve: v <- sum_{kept} (Z_i^T v / lambda_i) Z_i; returns the number
+// of discarded eigenvalues. z: N x LD; tmp: N scratch.
+__device__ int truncated_eigen_solve(const real* lambda, const real* z, real* v, real* tmp, real threshold, int lane) {
+    const real lmax = warp_abs_max(lambda, lane);
     int discarded = 0;
 #pragma unroll
     for (int s = 0; s < SLOTS; ++s) {
@@ -2085,13 +2102,7 @@ __device__ int truncated_eigen_solve(const real* lambda, const real* z, real* v,
             ROLL_ROWS
             for (int i = 0; i < N; ++i) out[s] += z[r + i * LD] * tmp[i];
     }
-    __syncwarp();
-#pragma unroll
-    for (int s = 0; s < SLOTS; ++s) {
-        const int r = lane + 32 * s;
-        if (r < N) v[r] = out[s];
-    }
-    __syncwarp();
+    store_rows(v, out, lane);
     return discarded;
 }
 
@@ -2109,13 +2120,7 @@ __device__ int truncated_solve_top(const real* lambda, const Ws& ws, real* v, re
     real* y = ws.zsrt;
     real* t = ws.dk;
     real* sv = ws.zk;
-    real lmax = 0;
-#pragma unroll
-    for (int s = 0; s < SLOTS; ++s) {
-        const int i = lane + 32 * s;
-        if (i < N) lmax = fmax(lmax, fabs(lambda[i]));
-    }
-    lmax = warp_max(lmax);
+    const real lmax = warp_abs_max(lambda, lane);
     // y = Q^T v (lane m: column m of Q).
 #pragma unroll
     for (int s = 0; s < SLOTS; ++s) {
@@ -2176,13 +2181,7 @@ __device__ int truncated_solve_top(const real* lambda, const Ws& ws, real* v, re
             ROLL_TOP
             for (int m = 0; m < N; ++m) out[s] += z[r + m * LD] * sv[m];
     }
-    __syncwarp();
-#pragma unroll
-    for (int s = 0; s < SLOTS; ++s) {
-        const int r = lane + 32 * s;
-        if (r < N) v[r] = out[s];
-    }
-    __syncwarp();
+    store_rows(v, out, lane);
     return discarded;
 }
 
