@@ -244,6 +244,21 @@ __device__ __forceinline__ bool engine_exercises(
     return true;
 }
 
+// The result of one inner path's exercise decision at `date` (t its index, cf and cd its
+// cash flow and date after the decision, `exercised` whether it exercised there): the
+// new cash flow is stored where it exercised, and where next_date >= 0 the discounted
+// cash flow y[t] = cf * discount[cd - next_date] for the next regression step.
+__device__ __forceinline__ void engine_exercise_store(bool exercised, unsigned date, long long t, double cf,
+                                                      unsigned cd, const double* discount, int next_date,
+                                                      double* cash, unsigned* cash_date, double* y) {
+    if (exercised) {
+        cd = date;
+        cash[t] = cf;
+        cash_date[t] = cd;
+    }
+    if (next_date >= 0) y[t] = cf * discount[cd - (unsigned)next_date];
+}
+
 // The exercise update at exercise date `date`, one warp per outer path l. The outer path
 // takes part where alive[l] and counts[l] > 0. Its continuation estimate is psi . beta
 // with beta = x[l * n ..] (converted to double) where the system was selected
@@ -306,14 +321,9 @@ __device__ __forceinline__ void engine_exercise_impl(
             const long long t = l * m + mm0 + lane;
             double cf = cash[t];
             unsigned cd = cash_date[t];
-            if (active &&
-                engine_exercises(s, kind, put, strike, ua, uw, nu, ok, beta, mean, flat, n, parent,
-                                 var_asset, var_inv, &cf)) {
-                cd = date;
-                cash[t] = cf;
-                cash_date[t] = cd;
-            }
-            if (next_date >= 0) y[t] = cf * discount[cd - (unsigned)next_date];
+            const bool ex = active && engine_exercises(s, kind, put, strike, ua, uw, nu, ok, beta, mean,
+                                                       flat, n, parent, var_asset, var_inv, &cf);
+            engine_exercise_store(ex, date, t, cf, cd, discount, next_date, cash, cash_date, y);
         }
         if (active) engine_tile_done(T, tt);
     }
@@ -501,14 +511,9 @@ __device__ __forceinline__ void engine_exercise_stream_impl(
             const long long t = l * m + mm0 + lane;
             double cf = buf[32 * ds + lane];
             unsigned cd = ((const unsigned*)(buf + 32 * ds + 32))[lane];
-            if (active &&
-                engine_exercises(s, kind, put, strike, ua, uw, nu, ok, beta, mean, flat, n, parent,
-                                 var_asset, var_inv, &cf)) {
-                cd = date;
-                cash[t] = cf;
-                cash_date[t] = cd;
-            }
-            if (next_date >= 0) y[t] = cf * disc[cd - (unsigned)next_date];
+            const bool ex = active && engine_exercises(s, kind, put, strike, ua, uw, nu, ok, beta, mean,
+                                                       flat, n, parent, var_asset, var_inv, &cf);
+            engine_exercise_store(ex, date, t, cf, cd, disc, next_date, cash, cash_date, y);
         }
         if (++ps == K) ps = 0;
         if (++tt == tpp) {
