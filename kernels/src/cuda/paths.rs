@@ -355,9 +355,9 @@ impl GpuPaths {
     }
 
     /// Launch of a generic path kernel over `threads_needed` threads: block size and
-    /// dynamic shared bytes (one column of `2 d`
-    /// doubles of scratch per thread, `d` without a factor); raises the kernel's shared
-    /// limit when more than 48 KiB are needed.
+    /// dynamic shared bytes (one column of `2 d` doubles of scratch per thread, `d`
+    /// without a factor); raises the kernel's shared limit when more than 48 KiB are
+    /// needed.
     fn geometry(&self, f: &CudaFunction, threads_needed: usize) -> Result<LaunchConfig, GpuError> {
         let per_thread = if self.factor.is_some() { 2 } else { 1 } * self.d * 8;
         let mut block = 128usize;
