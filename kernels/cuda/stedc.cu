@@ -1871,6 +1871,18 @@ __device__ __forceinline__ void phase_sync(int& bars) {
 __device__ __forceinline__ void phase_sync(int&) {}
 #endif
 
+// v[r] = out[s] for the rows r = lane + 32 s < N, after every lane's reads of v (the
+// warp synchronises before and after).
+__device__ __forceinline__ void store_rows(real* v, const real (&out)[SLOTS], int lane) {
+    __syncwarp();
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        const int r = lane + 32 * s;
+        if (r < N) v[r] = out[s];
+    }
+    __syncwarp();
+}
+
 // NO_Z (DC_TOP_NO_Z): when the matrix is one unreduced block of more than two rows, the
 // top merge leaves Z = Q W unformed (see merge_level) and *ktop = K >= 0: ws.z then holds
 // Q, ws.w W^T, and the eigenvalues come out in d ascending as always (apply Z with
@@ -1969,13 +1981,7 @@ __device__ bool stedc(real* d, real* e, Ws& ws, int lane, int& bars, int* ktop) 
         }
         dnew[s] = di;
     }
-    __syncwarp();
-#pragma unroll
-    for (int s = 0; s < SLOTS; ++s) {
-        const int i = lane + 32 * s;
-        if (i < N) d[i] = dnew[s];
-    }
-    __syncwarp();
+    store_rows(d, dnew, lane);
     // Leaves.
 #pragma unroll
     for (int s = 0; s < SLOTS; ++s) {
@@ -2080,18 +2086,6 @@ __device__ __forceinline__ real warp_abs_max(const real* lambda, int lane) {
         if (i < N) lmax = fmax(lmax, fabs(lambda[i]));
     }
     return warp_max(lmax);
-}
-
-// v[r] = out[s] for the rows r = lane + 32 s < N, after every lane's reads of v (the
-// warp synchronises before and after).
-__device__ __forceinline__ void store_rows(real* v, const real (&out)[SLOTS], int lane) {
-    __syncwarp();
-#pragma unroll
-    for (int s = 0; s < SLOTS; ++s) {
-        const int r = lane + 32 * s;
-        if (r < N) v[r] = out[s];
-    }
-    __syncwarp();
 }
 
 // truncated_eigen_solve: v <- sum_{kept} (Z_i^T v / lambda_i) Z_i; returns the number
