@@ -55,6 +55,72 @@ __device__ __forceinline__ void store_report(GpuReport* __restrict__ rep, long l
     rep[sys] = rp;
 }
 
+// Sums over aligned segments of W = 8, 16 or 32 lanes on the FP64 tensor cores (sm_80
+// or later; every lane of the warp takes part). mma.sync.m8n8k4.f64: lane l holds
+// A[l/4][l%4], B[l%4][l/4] and D[l/4][2(l%4) + {0, 1}]. With ones as A and the lanes'
+// values as B, lane l receives the sums of the lane quads 2t and 2t + 1, t = l % 4,
+// added into the sum of the octet of lanes 8t .. 8t + 7 (tc_octet_sum); a second step
+// with those octet sums as A (0 for the octets outside the lane's segment) and ones as
+// B gives every lane its segment's sum. The tensor core adds its four products in order
+// as fused multiply-adds (measured in regression.cu's build), so each sum is a fixed
+// chain of roundings: deterministic, in another order than a shuffle butterfly.
+// Latency on the H100: a 32-lane sum 175 -> 70 cycles (benches/RESULTS.md, eleventh
+// session).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define TC_SUMS 1
+// D = A B + D for one 8 x 8 x 4 f64 block (A, B: this lane's fragment values).
+__device__ __forceinline__ void mma_m8n8k4_f64(double& d0, double& d1, double a, double b) {
+    asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
+        : "+d"(d0), "+d"(d1)
+        : "d"(a), "d"(b));
+}
+// Sum of x over the octet of lanes 8 (l % 4) .. 8 (l % 4) + 7.
+__device__ __forceinline__ double tc_octet_sum(double x) {
+    double d0 = 0, d1 = 0;
+    mma_m8n8k4_f64(d0, d1, 1.0, x);
+    return d0 + d1;
+}
+// Whether the octet of tc_octet_sum lies in this lane's segment of W lanes.
+template <int W>
+__device__ __forceinline__ bool tc_own_octet() {
+    const int lane = threadIdx.x & 31, lane0 = lane & ~(W - 1), o = 8 * (lane & 3);
+    return o >= lane0 && o < lane0 + W;
+}
+// Sum of x over this lane's segment of W lanes.
+template <int W>
+__device__ __forceinline__ double tc_segment_sum(double x) {
+    static_assert(W == 8 || W == 16 || W == 32, "segments of 8, 16 or 32 lanes");
+    const double p = tc_octet_sum(x);
+    double d0 = 0, d1 = 0;
+    mma_m8n8k4_f64(d0, d1, tc_own_octet<W>() ? p : 0.0, 1.0);
+    return d0;
+}
+// Sums of a and of b over this lane's segment of W lanes.
+template <int W>
+__device__ __forceinline__ void tc_segment_sum2(double& a, double& b) {
+    static_assert(W == 8 || W == 16 || W == 32, "segments of 8, 16 or 32 lanes");
+    const double pa = tc_octet_sum(a), pb = tc_octet_sum(b);
+    const bool own = tc_own_octet<W>();
+#if __CUDA_ARCH__ >= 900
+    // Second step for both at once: m16n8k4, A rows l/4 (a) and l/4 + 8 (b).
+    double d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+    asm("mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
+        : "+d"(d0), "+d"(d1), "+d"(d2), "+d"(d3)
+        : "d"(own ? pa : 0.0), "d"(own ? pb : 0.0), "d"(1.0));
+    a = d0;
+    b = d2;
+#else
+    double d0 = 0, d1 = 0, e0 = 0, e1 = 0;
+    mma_m8n8k4_f64(d0, d1, own ? pa : 0.0, 1.0);
+    mma_m8n8k4_f64(e0, e1, own ? pb : 0.0, 1.0);
+    a = d0;
+    b = e0;
+#endif
+}
+#else
+#define TC_SUMS 0
+#endif
+
 #ifdef N
 // Column-major packed lower triangle: column c starts at packed_col(c); entry
 // (r, c), r >= c, is at packed_col(c) + r - c.

@@ -40,43 +40,19 @@ __device__ __forceinline__ real hh_add_mul(real acc, real p, real q) {
 #define HH_RED1 1
 #endif
 // HH_TC_SUM 1 (f64, groups of 8, 16 or 32 threads, sm_80 or later): the group sums run
-// on the FP64 tensor cores instead of shuffle trees. A first mma.sync.m8n8k4 with ones as
-// A and the lanes' values as B (lane l holds B[l % 4][l / 4]) gives lane l the sums of
-// the lane quads 2t and 2t + 1, t = l % 4, added into the sum of the octet of lanes
-// 8t .. 8t + 7; a second, with the octet sums of the lane's own group as A (0 for the
-// other groups' octets) and ones as B, gives every lane its group's sum. A pair of sums
-// takes two first steps and one m16n8k4 (sm_90; two m8n8k4 before) for the second.
-// A tensor core step adds its four products in order as fused multiply-adds (measured,
-// regression.cu), so the sums are exact-order chains of roundings: deterministic, but
-// in another order than the shuffle tree (results differ in the last bits). Latency on
-// the H100 (microbenchmark, benches/RESULTS.md, eleventh session): a 16-thread sum of
-// two values 150 -> 109 cycles, a 32-thread sum of one value 175 -> 70. Default: f64
-// 24 <= n <= 32, where it won at every n* measured (H100, batch 2^20, M systems/s,
-// shuffles -> tensor cores: n = 24 n* = 16 109.7 -> 116.5, n = 30 n* = 16 81.1-81.4 ->
-// 83.4-83.6, n* = 32 65.2 -> 72.2-72.8, n = 31 79.5 -> 81.6-82.2, n = 32 71.0 -> 74.0-74.4);
-// at n = 16 and 20 it lost at n* = 16 (more registers: 349 -> 315 and 168 -> 146).
+// on the FP64 tensor cores (common.cu's tc_segment_sum, tc_segment_sum2) instead of
+// shuffle trees: results differ in the last bits. Latency on the H100 (microbenchmark,
+// benches/RESULTS.md, eleventh session): a 16-thread sum of two values 150 -> 109
+// cycles. Default: f64 24 <= n <= 32, where it won at every n* measured (H100, batch
+// 2^20, M systems/s, shuffles -> tensor cores: n = 24 n* = 16 109.7 -> 116.5, n = 28
+// 75.2 -> 97.6, n = 30 n* = 16 81.1-81.4 -> 83.4-83.6, n* = 32 65.2 -> 72.2-72.8,
+// n = 31 79.5 -> 81.6-82.2, n = 32 71.0 -> 74.0-74.4); at n = 16 and 20 it lost at
+// n* = 16 (more registers: 349 -> 315 and 168 -> 146).
 #ifndef HH_TC_SUM
 #define HH_TC_SUM (REAL_F64 && N >= 24 && N <= 32)
 #endif
-#if HH_TC_SUM && REAL_F64 && NSTAR > 4 && NSTAR <= 32 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if HH_TC_SUM && REAL_F64 && NSTAR > 4 && NSTAR <= 32 && TC_SUMS
 #define HH_TC 1
-// D = A B + D for one 8 x 8 x 4 f64 block (A, B: this lane's fragment values).
-__device__ __forceinline__ void hh_mma_m8n8k4(double& d0, double& d1, double a, double b) {
-    asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
-        : "+d"(d0), "+d"(d1)
-        : "d"(a), "d"(b));
-}
-// Sum of x over the octet of lanes 8 (l % 4) .. 8 (l % 4) + 7 (every lane of the warp takes part).
-__device__ __forceinline__ double hh_octet_sum(double x) {
-    double d0 = 0, d1 = 0;
-    hh_mma_m8n8k4(d0, d1, 1.0, x);
-    return d0 + d1;
-}
-// Whether the octet of hh_octet_sum lies in this lane's group.
-__device__ __forceinline__ bool hh_own_octet() {
-    const int lane = threadIdx.x & 31, lane0 = lane & ~(GW - 1), o = 8 * (lane & 3);
-    return o >= lane0 && o < lane0 + GW;
-}
 #else
 #define HH_TC 0
 #endif
@@ -219,10 +195,7 @@ __device__ __forceinline__ real hh_rcp12(real d) {
 // Sum over the group's threads of one value.
 __device__ __forceinline__ void hh_group_sum1(real& a, real* scratch) {
 #if HH_TC
-    const double p = hh_octet_sum(a);
-    double d0 = 0, d1 = 0;
-    hh_mma_m8n8k4(d0, d1, hh_own_octet() ? p : 0.0, 1.0);
-    a = d0;
+    a = tc_segment_sum<GW>(a);
 #elif HH_RED1 && NSTAR <= 32
 #pragma unroll
     for (int off = GW / 2; off >= 1; off >>= 1) a += __shfl_xor_sync(0xffffffffu, a, off);
@@ -235,22 +208,7 @@ __device__ __forceinline__ void hh_group_sum1(real& a, real* scratch) {
 // Sums over the group's threads of two values.
 __device__ __forceinline__ void hh_group_sum2(real& a, real& b, real* scratch) {
 #if HH_TC
-    const double pa = hh_octet_sum(a), pb = hh_octet_sum(b);
-    const bool own = hh_own_octet();
-#if __CUDA_ARCH__ >= 900
-    double d0 = 0, d1 = 0, d2 = 0, d3 = 0;  // rows l / 4 (a) and l / 4 + 8 (b)
-    asm("mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
-        : "+d"(d0), "+d"(d1), "+d"(d2), "+d"(d3)
-        : "d"(own ? pa : 0.0), "d"(own ? pb : 0.0), "d"(1.0));
-    a = d0;
-    b = d2;
-#else
-    double d0 = 0, d1 = 0, e0 = 0, e1 = 0;
-    hh_mma_m8n8k4(d0, d1, own ? pa : 0.0, 1.0);
-    hh_mma_m8n8k4(e0, e1, own ? pb : 0.0, 1.0);
-    a = d0;
-    b = e0;
-#endif
+    tc_segment_sum2<GW>(a, b);
 #else
     group_sum2(a, b, scratch);
 #endif

@@ -377,12 +377,10 @@ ROLL_WARP
     for (int off = 16; off >= 1; off >>= 1) v = fmin(v, __shfl_xor_sync(FULL_MASK, v, off));
     return v;
 }
-// DC_TC_SUM 1 (f64, sm_80 or later): warp_sum on the FP64 tensor cores, as
-// householder_pcr.cu's HH_TC_SUM: one mma.sync.m8n8k4 with ones as A and the lanes'
-// values as B gives lane l the sums of the lane quads 2 (l % 4) and 2 (l % 4) + 1, added
-// into an octet sum; a second with the octet sums as A and ones as B adds the four
-// octets. Latency on the H100 175 -> 70 cycles (benches/RESULTS.md, eleventh session); the
-// sum's order differs from the butterfly's (results differ in the last bits). Default:
+// DC_TC_SUM 1 (f64, sm_80 or later): warp_sum on the FP64 tensor cores (common.cu's
+// tc_segment_sum): latency on the H100 175 -> 70 cycles (benches/RESULTS.md, eleventh
+// session); the sum's order differs from the butterfly's (results differ in the last
+// bits). Default:
 // f64 (H100, batch 2^20, M systems/s, butterfly -> tensor cores: n = 30 paper
 // 6.84 -> 7.37-7.43, basket29 6.73-6.78 -> 7.32-7.36, diagonally dominant 7.08 -> 7.76;
 // n = 16 +5-6%, n = 48 +5%).
@@ -390,17 +388,8 @@ ROLL_WARP
 #define DC_TC_SUM REAL_F64
 #endif
 __device__ __forceinline__ real warp_sum(real v) {
-#if DC_TC_SUM && REAL_F64 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    double d0 = 0, d1 = 0;
-    asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
-        : "+d"(d0), "+d"(d1)
-        : "d"(1.0), "d"(v));
-    const double octet = d0 + d1;
-    double e0 = 0, e1 = 0;
-    asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
-        : "+d"(e0), "+d"(e1)
-        : "d"(octet), "d"(1.0));
-    return e0;
+#if DC_TC_SUM && REAL_F64 && TC_SUMS
+    return tc_segment_sum<32>(v);
 #else
 ROLL_WARP
     for (int off = 16; off >= 1; off >>= 1) v += __shfl_xor_sync(FULL_MASK, v, off);
