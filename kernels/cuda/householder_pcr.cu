@@ -46,10 +46,15 @@ __device__ __forceinline__ real hh_add_mul(real acc, real p, real q) {
 // cycles. Default: f64 24 <= n <= 32, where it won at every n* measured (H100, batch
 // 2^20, M systems/s, shuffles -> tensor cores: n = 24 n* = 16 109.7 -> 116.5, n = 28
 // 75.2 -> 97.6, n = 30 n* = 16 81.1-81.4 -> 83.4-83.6, n* = 32 65.2 -> 72.2-72.8,
-// n = 31 79.5 -> 81.6-82.2, n = 32 71.0 -> 74.0-74.4); at n = 16 and 20 it lost at
-// n* = 16 (more registers: 349 -> 315 and 168 -> 146).
+// n = 31 79.5 -> 81.6-82.2, n = 32 71.0 -> 74.0-74.4, and n = 25, 27, 29 +7.5%, +13%,
+// +27%), and at 17 <= n <= 23 with the host's n* (tuning::householder_nstar: 8 up to
+// n = 21, then 16): n = 17 323.5 -> 326.1, 18 242.6 -> 262.1, 19 227.8 -> 239.8, 20
+// 216.4 -> 230.6, 21 205.1 -> 211.8, 22 143.2 -> 146.1, 23 133.4 -> 140.9. Off elsewhere:
+// other n* at n <= 23 lost (n = 20 n* = 16 166.6 -> 144.4, n = 16 n* = 8 478 -> 430: the
+// fragments cost registers and warps).
 #ifndef HH_TC_SUM
-#define HH_TC_SUM (REAL_F64 && N >= 24 && N <= 32)
+#define HH_TC_SUM \
+    (REAL_F64 && ((N >= 24 && N <= 32) || (N >= 17 && N <= 23 && NSTAR == (N <= 21 ? 8 : 16))))
 #endif
 #if HH_TC_SUM && REAL_F64 && NSTAR > 4 && NSTAR <= 32 && TC_SUMS
 #define HH_TC 1

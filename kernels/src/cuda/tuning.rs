@@ -48,12 +48,16 @@ pub fn householder_row_registers(n: usize, nstar: usize, elem_bytes: usize) -> u
 /// tile per block: f64 n = 16 n* = 4 (515 against 468 M/s at n* = 8), f32 n = 32 n* = 16
 /// (152 against 106 at n* = 8); f64 30 <= n <= 32 n* = 16 with the rolled step loop of
 /// round 9 (`HH_ROLL`, 168 registers, 12 warps/SM: n = 30 76.0 against 66.4 unrolled at
-/// n* = 32 and 57.6 rolled at n* = 32). Sizes between measured ones take the value of a
-/// measured neighbour.
+/// n* = 32 and 57.6 rolled at n* = 32); f64 17 <= n <= 21 n* = 8, up to the largest size
+/// whose three rows per thread fit (eleventh session, shuffle sums: n = 17 323.5 against
+/// 200.8 M/s at n* = 16, n = 19 227.8 against 176.2, n = 21 205.1 against 124.2; with the
+/// tensor-core sums 326-212 M/s).
+/// Sizes between measured ones take the value of a measured neighbour.
 pub fn householder_nstar(n: usize, f64: bool) -> usize {
     let nstar = match (n, f64) {
         (0..=16, true) => 4,
-        (17..=32, true) => 16,
+        (17..=21, true) => 8,
+        (22..=32, true) => 16,
         (_, true) => 64,
         (0..=16, false) => 4,
         (17..=32, false) => 16,
