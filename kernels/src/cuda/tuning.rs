@@ -51,7 +51,10 @@ pub fn householder_row_registers(n: usize, nstar: usize, elem_bytes: usize) -> u
 /// n* = 32 and 57.6 rolled at n* = 32); f64 17 <= n <= 21 n* = 8, up to the largest size
 /// whose three rows per thread fit (eleventh session, shuffle sums: n = 17 323.5 against
 /// 200.8 M/s at n* = 16, n = 19 227.8 against 176.2, n = 21 205.1 against 124.2; with the
-/// tensor-core sums 326-212 M/s).
+/// tensor-core sums 326-212 M/s); f32 n* = 4 up to n = 20 and 8 for 21 <= n <= 24
+/// (eleventh session: n = 17 692 against 321 M/s at n* = 16, n = 20 581 against 272,
+/// n = 21 408 against 252, n = 24 353 against 203; n* = 16 from n = 25, 179 against 145
+/// at n* = 8, except n = 27 and 28 where n* = 8 was 6-9% faster, left out of the table).
 /// Sizes between measured ones take the value of a measured neighbour.
 pub fn householder_nstar(n: usize, f64: bool) -> usize {
     let nstar = match (n, f64) {
@@ -59,8 +62,9 @@ pub fn householder_nstar(n: usize, f64: bool) -> usize {
         (17..=21, true) => 8,
         (22..=32, true) => 16,
         (_, true) => 64,
-        (0..=16, false) => 4,
-        (17..=32, false) => 16,
+        (0..=20, false) => 4,
+        (21..=24, false) => 8,
+        (25..=32, false) => 16,
         (33..=48, false) => 32,
         (_, false) => 64,
     };
