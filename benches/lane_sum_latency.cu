@@ -151,7 +151,7 @@ __global__ void bench(int iters, long long* cyc, double* out) {
     out[blockIdx.x * blockDim.x + threadIdx.x] = a + b;
 }
 template <int V>
-void run(const char* name, int blocks, int threads, int iters) {
+void run(const char* mode, const char* name, int blocks, int threads, int iters) {
     long long* cyc; double* out;
     int nw = blocks * threads / 32;
     cudaMalloc(&cyc, nw * 8); cudaMalloc(&out, blocks * threads * 8);
@@ -166,10 +166,22 @@ void run(const char* name, int blocks, int threads, int iters) {
     double mean = 0; for (int i = 0; i < nw; ++i) mean += h[i]; mean /= nw;
     double* ho = (double*)malloc(blocks * threads * 8);
     cudaMemcpy(ho, out, blocks * threads * 8, cudaMemcpyDeviceToHost);
-    printf("%-28s blocks %4d threads %4d: %7.1f cycles/iter per warp, %8.3f ms, %.3e warp-iters/s, out[0] %.17g out[16] %.17g err %s\n",
-           name, blocks, threads, mean / iters, ms, (double)nw * iters / (ms * 1e-3), ho[0], ho[16],
+    printf("%s %-28s blocks %4d threads %4d: %7.1f cycles/iter per warp, %8.3f ms, %.3e warp-iters/s, out[0] %.17g out[16] %.17g err %s\n",
+           mode, name, blocks, threads, mean / iters, ms, (double)nw * iters / (ms * 1e-3), ho[0], ho[16],
            cudaGetErrorString(cudaGetLastError()));
     free(h); free(ho); cudaFree(cyc); cudaFree(out);
+}
+// Every timed variant in one configuration (mode: a label, L latency or T throughput).
+void run_all(const char* mode, int blocks, int threads, int it) {
+    run<0>(mode, "baseline (2 fma)", blocks, threads, it);
+    run<1>(mode, "shfl 16-lane x2", blocks, threads, it);
+    run<2>(mode, "dmma+shfl 16-lane x2", blocks, threads, it);
+    run<4>(mode, "shfl 32-lane x1", blocks, threads, it);
+    run<5>(mode, "dmma+shfl 32-lane x1", blocks, threads, it);
+    run<6>(mode, "2 dmma stages 16-lane x2", blocks, threads, it);
+    run<7>(mode, "2 dmma stages 32-lane x1", blocks, threads, it);
+    run<8>(mode, "m16n8k8 x2 16-lane x2", blocks, threads, it);
+    run<9>(mode, "2 m8n8k4 + m16n8k4 16-lane", blocks, threads, it);
 }
 int main() {
     const int it = 20000;
@@ -180,28 +192,8 @@ int main() {
     check_run<9>("2 m8n8k4 + m16n8k4 16-lane", 2, 16);
     check_run<4>("shfl 32-lane x1", 1, 32);
     check_run<7>("2 dmma stages 32-lane x1", 1, 32);
-    for (int rep = 0; rep < 2; ++rep) {
-        run<0>("baseline (2 fma)", 1, 32, it);
-        run<1>("shfl 16-lane x2", 1, 32, it);
-        run<2>("dmma+shfl 16-lane x2", 1, 32, it);
-        run<4>("shfl 32-lane x1", 1, 32, it);
-        run<5>("dmma+shfl 32-lane x1", 1, 32, it);
-        run<6>("2 dmma stages 16-lane x2", 1, 32, it);
-        run<7>("2 dmma stages 32-lane x1", 1, 32, it);
-        run<8>("m16n8k8 x2 16-lane x2", 1, 32, it);
-        run<9>("2 m8n8k4 + m16n8k4 16-lane", 1, 32, it);
-    }
-    // throughput: 132 SMs x 12 warps (3 blocks of 128)
-    for (int rep = 0; rep < 2; ++rep) {
-        run<0>("T baseline", 396, 128, it);
-        run<1>("T shfl 16-lane x2", 396, 128, it);
-        run<2>("T dmma+shfl 16-lane x2", 396, 128, it);
-        run<4>("T shfl 32-lane x1", 396, 128, it);
-        run<5>("T dmma+shfl 32-lane x1", 396, 128, it);
-        run<6>("T 2 dmma stages 16-lane x2", 396, 128, it);
-        run<7>("T 2 dmma stages 32-lane x1", 396, 128, it);
-        run<8>("T m16n8k8 x2 16-lane x2", 396, 128, it);
-        run<9>("T 2 m8n8k4 + m16n8k4 16-lane", 396, 128, it);
-    }
+    // latency: one warp; throughput: 132 SMs x 12 warps (3 blocks of 128)
+    for (int rep = 0; rep < 2; ++rep) run_all("L", 1, 32, it);
+    for (int rep = 0; rep < 2; ++rep) run_all("T", 396, 128, it);
     return 0;
 }
