@@ -527,12 +527,58 @@ __device__ Check residual_check_warp(const real* a, const real* b, const real* x
 // where H_i = I), so Q = H_{N-1} ... H_2. d, e: diagonal and off-diagonal of T;
 // qv: N scratch.
 // ---------------------------------------------------------------------------------
+// DC_HH_UNSCALED 1: each step first sums the squares of x = A(i, 0:l-1) unscaled (one
+// warp sum, no column maximum, no divisions by it); where that sum s and
+// q = s + A(i, l)^2 lie in [DC_HH_LO, DC_HH_HI] with s > q DC_HH_REL (so that the
+// scaled path would not skip the step either), the reflector is formed from the
+// unscaled values (scale 1: the same reflector H_i up to rounding, u and w scaled by
+// sc^-1 and sc against the scaled form, their products unchanged); elsewhere the scaled
+// path as before (column maximum sc, x / sc). 0: always scaled (LAPACK dlarfg's safe
+// form, as the CPU reference).
+#ifndef DC_HH_UNSCALED
+#define DC_HH_UNSCALED 0
+#endif
+#if REAL_F64
+#define DC_HH_LO 0x1p-600
+#define DC_HH_HI 0x1p600
+#define DC_HH_REL 0x1p-900
+#else
+#define DC_HH_LO 0x1p-50f
+#define DC_HH_HI 0x1p50f
+#define DC_HH_REL 0x1p-100f
+#endif
 __device__ void householder_tridiagonalize(real* a, real* d, real* e, real* qv, int lane) {
     ROLL_HH
     for (int i = N - 1; i >= 2; --i) {
         const int l = i - 1;
         real x[SLOTS], t[SLOTS];
         real sc = 0;
+#if DC_HH_UNSCALED
+        // The sum of squares without the scale: where it lies safely inside the range
+        // (and far enough above the scaled path's skip threshold), sc = 1.
+        const real xl0 = a[i + l * LD];
+        real su = 0;
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const int k = lane + 32 * s;
+            x[s] = k < i ? a[i + k * LD] : (real)0;
+            t[s] = k < l ? x[s] : (real)0;
+            su += t[s] * t[s];
+        }
+        su = warp_sum(su);
+        const real qu = su + xl0 * xl0;
+        real sigma = su;
+        const bool unscaled = su > DC_HH_LO && qu < DC_HH_HI && su > qu * DC_HH_REL;
+        if (unscaled) {
+            sc = 1;
+        } else {
+#pragma unroll
+            for (int s = 0; s < SLOTS; ++s) sc = fmax(sc, fabs(x[s]));
+            sc = warp_max(sc);
+            sigma = 0;
+        }
+        if (!unscaled && sc != (real)0) {
+#else
 #pragma unroll
         for (int s = 0; s < SLOTS; ++s) {
             const int k = lane + 32 * s;
@@ -542,6 +588,7 @@ __device__ void householder_tridiagonalize(real* a, real* d, real* e, real* qv, 
         sc = warp_max(sc);
         real sigma = 0;
         if (sc != (real)0) {
+#endif
 #pragma unroll
             for (int s = 0; s < SLOTS; ++s) {
                 const int k = lane + 32 * s;
@@ -565,7 +612,11 @@ __device__ void householder_tridiagonalize(real* a, real* d, real* e, real* qv, 
             __syncwarp();
             continue;
         }
+#if DC_HH_UNSCALED
+        const real f = unscaled ? xl : xl / sc;
+#else
         const real f = xl / sc;
+#endif
         const real g = sqrt(sigma + f * f);
         const real alpha = -copysign(g, f);
         const real beta = g * (g + fabs(f));
