@@ -162,12 +162,6 @@ __device__ __forceinline__ real hh_add_mul(real acc, real p, real q) {
 #ifndef HH_RES_UNROLL
 #define HH_RES_UNROLL HH_RES_UNROLL_DEFAULT
 #endif
-// HH_SKIP 1 (rolled steps): the columns k <= i of the phase's first columns, whose terms
-// are exact zeros, are skipped in p = tau A22 v and the rank-2 update (warp-uniform
-// branches on the step index).
-#ifndef HH_SKIP
-#define HH_SKIP 0
-#endif
 #if HH_VSH && !(HH_ROLL > 0 && HH_SINGLE)
 #error "HH_VSH needs the rolled steps (HH_ROLL > 0) and one buffer (HH_SINGLE)"
 #endif
@@ -257,90 +251,6 @@ __device__ __forceinline__ void hh_dlarfg(real xs, real alpha, real& tau, real& 
 }
 
 #if HH_ROLL > 0
-template <int K>
-struct HhCol {
-    static constexpr int value = K;
-};
-
-// f(HhCol<k>) for the columns k = i + 1 .. N - 1 of step i (phase B, steps
-// B <= i < KE) in ascending order: the phase's first columns entered by a switch on
-// i - B, falling through; the columns from KE on always.
-template <int B, int KE, int K, typename F>
-__device__ __forceinline__ void hh_columns_from(const F& f) {
-    if constexpr (K < N) {
-        f(HhCol<K>{});
-        hh_columns_from<B, KE, K + 1>(f);
-    }
-}
-template <int B, int KE, int C, typename F>
-__device__ __forceinline__ void hh_column_if(const F& f) {
-    if constexpr (B + 1 + C < KE) f(HhCol<B + 1 + C>{});
-}
-template <int B, int KE, typename F>
-__device__ __forceinline__ void hh_columns(const int i, const F& f) {
-    static_assert(HH_ROLL <= 16, "HH_SKIP: at most 16 steps per phase");
-    switch (i - B) {
-    case 0: hh_column_if<B, KE, 0>(f); [[fallthrough]];
-    case 1: hh_column_if<B, KE, 1>(f); [[fallthrough]];
-    case 2: hh_column_if<B, KE, 2>(f); [[fallthrough]];
-    case 3: hh_column_if<B, KE, 3>(f); [[fallthrough]];
-    case 4: hh_column_if<B, KE, 4>(f); [[fallthrough]];
-    case 5: hh_column_if<B, KE, 5>(f); [[fallthrough]];
-    case 6: hh_column_if<B, KE, 6>(f); [[fallthrough]];
-    case 7: hh_column_if<B, KE, 7>(f); [[fallthrough]];
-    case 8: hh_column_if<B, KE, 8>(f); [[fallthrough]];
-    case 9: hh_column_if<B, KE, 9>(f); [[fallthrough]];
-    case 10: hh_column_if<B, KE, 10>(f); [[fallthrough]];
-    case 11: hh_column_if<B, KE, 11>(f); [[fallthrough]];
-    case 12: hh_column_if<B, KE, 12>(f); [[fallthrough]];
-    case 13: hh_column_if<B, KE, 13>(f); [[fallthrough]];
-    case 14: hh_column_if<B, KE, 14>(f); [[fallthrough]];
-    default: break;
-    }
-    hh_columns_from<B, KE, KE>(f);
-}
-
-// Column k of p = tau A22 v (before the factor tau): partial sums by the parity of k
-// (the unrolled kernel's by that of k - i: the same two sets, swapped for odd i), each
-// summed in ascending k.
-template <int B>
-struct HhPColumn {
-    real (&a)[R][N];
-    const real* v_sh;
-    real (&p)[R];
-    real (&p2)[R];
-    template <int K>
-    __device__ __forceinline__ void operator()(HhCol<K>) const {
-        const real vk = v_sh[K];
-#pragma unroll
-        for (int s = 0; s < R; ++s) {
-            if (row_max(s) >= B + 1) {
-                if (K & 1) p[s] = hh_add_mul(p[s], a[s][K], vk);
-                else p2[s] = hh_add_mul(p2[s], a[s][K], vk);
-            }
-        }
-    }
-};
-
-// Column k of the rank-2 update A22 -= v w^T + w v^T.
-template <int B>
-struct HhUpdateColumn {
-    real (&a)[R][N];
-    const real* v_sh;
-    const real* w_sh;
-    const real (&vr)[R];
-    const real (&wr)[R];
-    template <int K>
-    __device__ __forceinline__ void operator()(HhCol<K>) const {
-        const real vk = v_sh[K];
-        const real wk = w_sh[K];
-#pragma unroll
-        for (int s = 0; s < R; ++s) {
-            if (row_max(s) >= B + 1) a[s][K] = hh_add_mul(hh_add_mul(a[s][K], -vr[s], wk), -wr[s], vk);
-        }
-    }
-};
-
 // One reflector step i (runtime, B <= i < B + HH_ROLL, i <= N - 2) of phase B.
 template <int B>
 __device__ __forceinline__ void hh_step(const int i, real (&a)[R][N], real (&b)[R], real* sv, real* sw, real* sd,
@@ -443,9 +353,6 @@ __device__ __forceinline__ void hh_step(const int i, real (&a)[R][N], real (&b)[
         p[s] = 0;
         p2[s] = 0;
     }
-#if HH_SKIP
-    hh_columns<B, KE>(i, HhPColumn<B>{a, v_sh, p, p2});
-#else
 #pragma unroll
     for (int k = B + 1; k < N; ++k) {
         const real vk = v_sh[k];
@@ -459,7 +366,6 @@ __device__ __forceinline__ void hh_step(const int i, real (&a)[R][N], real (&b)[
             }
         }
     }
-#endif
     real pv_loc = 0, vb_loc = 0;
 #pragma unroll
     for (int s = 0; s < R; ++s) {
@@ -482,9 +388,6 @@ __device__ __forceinline__ void hh_step(const int i, real (&a)[R][N], real (&b)[
     }
     group_sync();
     // Rank-2 update; v_k = w_k = 0 for k <= i and v_r = w_r = 0 for r <= i leave those unchanged.
-#if HH_SKIP
-    hh_columns<B, KE>(i, HhUpdateColumn<B>{a, v_sh, w_sh, vr, wr});
-#else
 #pragma unroll
     for (int k = B + 1; k < N; ++k) {
         const real vk = v_sh[k];
@@ -494,7 +397,6 @@ __device__ __forceinline__ void hh_step(const int i, real (&a)[R][N], real (&b)[
             if (row_max(s) >= B + 1) a[s][k] = hh_add_mul(hh_add_mul(a[s][k], -vr[s], wk), -wr[s], vk);
         }
     }
-#endif
 }
 
 // Phases B, B + HH_ROLL, ... up to step N - 2, each a rolled loop over its steps.

@@ -534,9 +534,14 @@ __device__ Check residual_check_warp(const real* a, const real* b, const real* x
 // unscaled values (scale 1: the same reflector H_i up to rounding, u and w scaled by
 // sc^-1 and sc against the scaled form, their products unchanged); elsewhere the scaled
 // path as before (column maximum sc, x / sc). 0: always scaled (LAPACK dlarfg's safe
-// form, as the CPU reference).
+// form, as the CPU reference). Results differ from the scaled form in the last bits.
+// Default: f64, where the step's chain loses a warp maximum (5 shuffle rounds) and a
+// division (H100, batch 2^20, M systems/s, scaled -> unscaled: n = 30 paper 7.38 ->
+// 7.67-7.73, basket29 7.32 -> 7.62-7.68, diagonally dominant 7.71 -> 8.04; n = 16 paper
+// 15.25 -> 15.73, n = 48 paper 1.131 -> 1.157); f32 gained 0.2-1.7% and stays scaled
+// (benches/RESULTS.md, twelfth session).
 #ifndef DC_HH_UNSCALED
-#define DC_HH_UNSCALED 0
+#define DC_HH_UNSCALED REAL_F64
 #endif
 #if REAL_F64
 #define DC_HH_LO 0x1p-600
