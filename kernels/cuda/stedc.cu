@@ -396,6 +396,16 @@ ROLL_WARP
     return v;
 #endif
 }
+// Sums over the warp of a and of b (the tensor cores' two-value segment sum where
+// warp_sum runs on them; two butterflies otherwise).
+__device__ __forceinline__ void warp_sum2(real& a, real& b) {
+#if DC_TC_SUM && REAL_F64 && TC_SUMS
+    tc_segment_sum2<32>(a, b);
+#else
+    a = warp_sum(a);
+    b = warp_sum(b);
+#endif
+}
 __device__ __forceinline__ int warp_max_int(int v) {
 ROLL_WARP
     for (int off = 16; off >= 1; off >>= 1) v = max(v, __shfl_xor_sync(FULL_MASK, v, off));
@@ -543,6 +553,22 @@ __device__ Check residual_check_warp(const real* a, const real* b, const real* x
 #ifndef DC_HH_UNSCALED
 #define DC_HH_UNSCALED REAL_F64
 #endif
+// DC_HH_QTB 1: y <- Q^T y (y = b, lane k holding y_k in slot k / 32) is applied inside
+// the tridiagonalization, H_i as soon as step i has formed it (u_i^T y summed together
+// with w^T p in one two-value warp sum), instead of by apply_q's separate pass of N - 2
+// dependent sums afterwards. The same products in the same order; the sums' bits may
+// differ (a two-value sum on the tensor cores). 0: the separate pass.
+#ifndef DC_HH_QTB
+#define DC_HH_QTB 0
+#endif
+// DC_HH_RCP 1: w = u (1 / beta) with the reciprocal from rcp_rn_fast_f64 / _f32 (rcp.cu:
+// the compiler's correctly rounded 1 / beta without the slow-path branch; beta lies in
+// [1, 2 (n + 1)] on the scaled path and in [q, 2 q] with q in [DC_HH_LO, DC_HH_HI] on the
+// unscaled one, inside those functions' ranges) instead of one IEEE division u / beta per
+// lane (two roundings instead of one). 0: the divisions.
+#ifndef DC_HH_RCP
+#define DC_HH_RCP 0
+#endif
 #if REAL_F64
 #define DC_HH_LO 0x1p-600
 #define DC_HH_HI 0x1p600
@@ -552,7 +578,11 @@ __device__ Check residual_check_warp(const real* a, const real* b, const real* x
 #define DC_HH_HI 0x1p50f
 #define DC_HH_REL 0x1p-100f
 #endif
+#if DC_HH_QTB
+__device__ void householder_tridiagonalize(real* a, real* d, real* e, real* qv, real (&y)[SLOTS], int lane) {
+#else
 __device__ void householder_tridiagonalize(real* a, real* d, real* e, real* qv, int lane) {
+#endif
     ROLL_HH
     for (int i = N - 1; i >= 2; --i) {
         const int l = i - 1;
@@ -625,12 +655,21 @@ __device__ void householder_tridiagonalize(real* a, real* d, real* e, real* qv, 
         const real g = sqrt(sigma + f * f);
         const real alpha = -copysign(g, f);
         const real beta = g * (g + fabs(f));
+#if DC_HH_RCP
+#if REAL_F64
+        const real rbeta = rcp_rn_fast_f64(beta);
+#else
+        const real rbeta = rcp_rn_fast_f32(beta);
+#endif
+#endif
         real u[SLOTS], w[SLOTS];
 #pragma unroll
         for (int s = 0; s < SLOTS; ++s) {
             const int k = lane + 32 * s;
             u[s] = k < l ? t[s] : (k == l ? f - alpha : (real)0);
-#if DC_DIV_GUARD
+#if DC_HH_RCP
+            w[s] = u[s] * rbeta;
+#elif DC_DIV_GUARD
             w[s] = k <= l ? u[s] / beta : (real)0;
 #else
             w[s] = u[s] / beta;
@@ -655,7 +694,19 @@ __device__ void householder_tridiagonalize(real* a, real* d, real* e, real* qv, 
             }
             kk += w[s] * p[s];
         }
+#if DC_HH_QTB
+        // u_i^T y (u_k = 0 for k >= i), as apply_q's dot.
+        real dy = 0;
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) dy += u[s] * y[s];
+        warp_sum2(kk, dy);
+        kk *= (real)0.5;
+        // y <- H_i y = y - w (u^T y) (w_k = 0 for k >= i).
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) y[s] -= w[s] * dy;
+#else
         kk = warp_sum(kk) * (real)0.5;
+#endif
         real q[SLOTS];
 #pragma unroll
         for (int s = 0; s < SLOTS; ++s) {
@@ -2372,7 +2423,9 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, re
         if (bad) {
             status = STATUS_NON_FINITE_INPUT;
         } else {
+#if !DC_HH_QTB
             householder_tridiagonalize(qa, d, e, tmp, lane);
+#endif
             // v = Q^T b.
             real y[SLOTS];
 #pragma unroll
@@ -2380,7 +2433,11 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, re
                 const int i = lane + 32 * s;
                 y[s] = i < N ? bb[i] : (real)0;
             }
+#if DC_HH_QTB
+            householder_tridiagonalize(qa, d, e, tmp, y, lane);
+#else
             apply_q(qa, y, true, lane);
+#endif
             save_reflectors(qa, refl, lane);
             phase_sync(bars);
 #pragma unroll
