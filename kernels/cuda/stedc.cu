@@ -557,17 +557,23 @@ __device__ Check residual_check_warp(const real* a, const real* b, const real* x
 // the tridiagonalization, H_i as soon as step i has formed it (u_i^T y summed together
 // with w^T p in one two-value warp sum), instead of by apply_q's separate pass of N - 2
 // dependent sums afterwards. The same products in the same order; the sums' bits may
-// differ (a two-value sum on the tensor cores). 0: the separate pass.
+// differ (a two-value sum on the tensor cores; on the H100 they did not: the same result
+// hash). 0: the separate pass. Default on, with DC_HH_RCP (below).
 #ifndef DC_HH_QTB
-#define DC_HH_QTB 0
+#define DC_HH_QTB 1
 #endif
 // DC_HH_RCP 1: w = u (1 / beta) with the reciprocal from rcp_rn_fast_f64 / _f32 (rcp.cu:
 // the compiler's correctly rounded 1 / beta without the slow-path branch; beta lies in
 // [1, 2 (n + 1)] on the scaled path and in [q, 2 q] with q in [DC_HH_LO, DC_HH_HI] on the
 // unscaled one, inside those functions' ranges) instead of one IEEE division u / beta per
 // lane (two roundings instead of one). 0: the divisions.
+// Measured together (H100, batch 2^20, n = 30, seconds of the bench, both switches 0 ->
+// DC_HH_QTB alone -> both): f64 paper 0.1366 -> 0.1364 -> 0.1347 (+1.4%), basket29
+// 0.1377 -> 0.1372 -> 0.1355 (+1.6%), diagonally dominant 0.1304 -> 0.1298 -> 0.1282
+// (+1.7%); f32 paper 0.0976 -> 0.0990 -> 0.0968 (+0.8%), basket29 0.0888 -> 0.0900 ->
+// 0.0883 (+0.6%) (benches/RESULTS.md, twelfth session, call 3). Default on.
 #ifndef DC_HH_RCP
-#define DC_HH_RCP 0
+#define DC_HH_RCP 1
 #endif
 #if REAL_F64
 #define DC_HH_LO 0x1p-600
