@@ -60,8 +60,17 @@ __device__ __forceinline__ U32x4 philox4x32_10(U32x4 c, unsigned k0, unsigned k1
     return c;
 }
 
+// (u + 0.5) / 2^32 as one fused multiply-add: u 2^-32 + 2^-33 is exact in double (33
+// significant bits at most), so the value is the CPU's ((u as f64) + 0.5) / 2^32.
 __device__ __forceinline__ double uniform_open(unsigned u) {
-    return ((double)u + 0.5) * (1.0 / 4294967296.0);
+    return fma((double)u, 0x1p-32, 0x1p-33);
+}
+
+// 2 pi times uniform_open(u), rounded once: the CPU's fl(fl(2 pi) * u2). The fused
+// multiply-add rounds the exact fl(2 pi) u 2^-32 + fl(2 pi) 2^-33 = fl(2 pi) u2 (both
+// constants are fl(2 pi) scaled by powers of two, exactly), so it is the same value.
+__device__ __forceinline__ double turn_angle(unsigned u) {
+    return fma((double)u, 0x1.921fb54442d18p-30, 0x1.921fb54442d18p-31);
 }
 
 // log, sin/cos and exp of the arguments that occur here, branch-free (PATHS_MATH 1):
@@ -184,8 +193,9 @@ __device__ __forceinline__ void sincos_turn(double a, double* sp, double* cp) {
     const double cr = w + fma(z * z, pc, tail);
     const double s0 = (q & 1) ? cr : sr;
     const double c0 = (q & 1) ? sr : cr;
-    *sp = (q & 2) ? -s0 : s0;
-    *cp = ((q + 1) & 2) ? -c0 : c0;
+    // The quadrant's signs flip the sign bits (integer operations, not FP64 negations).
+    *sp = __hiloint2double(__double2hiint(s0) ^ ((q & 2) << 30), __double2loint(s0));
+    *cp = __hiloint2double(__double2hiint(c0) ^ (((q + 1) & 2) << 30), __double2loint(c0));
 #else
     sincos(a, sp, cp);
 #endif
@@ -214,9 +224,28 @@ __device__ __forceinline__ double exp_step(double x) {
 #endif
 }
 
-__device__ __forceinline__ void box_muller(double u1, double u2, double* z0, double* z1) {
-    const double r = sqrt(-2.0 * log_unit(u1));
-    const double a = 6.283185307179586476925286766559 * u2;
+// Square root of t in [2^-970, 2^1023] (here t = -2 ln u1 in [2.3e-10, 45.8]): the
+// sequence of the fast path of CUDA's correctly rounded sqrt (an estimate y of 1 / sqrt(t),
+// y1 = y + (1/2 + 3/8 e) y e with e = 1 - t y^2, s = t y1 and the correction
+// s + (t - s^2) y1 / 2), without the range test and its branch to the slow path, which
+// this range never takes. Correctly rounded: the same bits as sqrt (gpu_paths checks it
+// against the CPU's on arguments over the whole range). The branch's call constrained the
+// registers of the whole unrolled step: measured (H100, basket29 100k, path kernel alone)
+// 0.305 -> 0.286 s (benches/RESULTS.md, thirteenth session).
+__device__ __forceinline__ double sqrt_pos(double t) {
+    double y;
+    asm("rsqrt.approx.ftz.f64 %0, %1;" : "=d"(y) : "d"(t));
+    const double e = fma(-t, y * y, 1.0);
+    const double y1 = fma(fma(e, 0.375, 0.5), y * e, y);
+    const double s = t * y1;
+    return fma(fma(-s, s, t), 0.5 * y1, s);
+}
+
+// z0 = r cos a, z1 = r sin a with r = sqrt(-2 ln u1), a = 2 pi u2, u1 = uniform_open(w1),
+// u2 = uniform_open(w2): the CPU's expressions.
+__device__ __forceinline__ void box_muller(unsigned w1, unsigned w2, double* z0, double* z1) {
+    const double r = sqrt_pos(-2.0 * log_unit(uniform_open(w1)));
+    const double a = turn_angle(w2);
     double s, c;
     sincos_turn(a, &s, &c);
     *z0 = r * c;
@@ -250,8 +279,8 @@ __device__ __forceinline__ void stream_block(const NormalStream& s, unsigned blo
     c.z = s.date;
     c.w = s.outer;
     const U32x4 r = philox4x32_10(c, s.key0, s.key1);
-    box_muller(uniform_open(r.x), uniform_open(r.y), z0, z1);
-    box_muller(uniform_open(r.z), uniform_open(r.w), z2, z3);
+    box_muller(r.x, r.y, z0, z1);
+    box_muller(r.z, r.w, z2, z3);
 }
 
 __device__ __forceinline__ double stream_next(NormalStream& s) {
@@ -301,6 +330,13 @@ extern "C" __global__ void philox_blocks(const unsigned* __restrict__ ctr,
     out[4 * q + 1] = r.y;
     out[4 * q + 2] = r.z;
     out[4 * q + 3] = r.w;
+}
+
+// out[q] = sqrt_pos(t[q]) for q < n (for tests: compared with the CPU's sqrt).
+extern "C" __global__ void sqrt_pos_values(const double* __restrict__ t, double* __restrict__ out,
+                                           long long n) {
+    const long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (q < n) out[q] = sqrt_pos(t[q]);
 }
 
 // The first `count` normals of the stream (seed, outer, date, inner): thread q writes
@@ -387,9 +423,12 @@ extern "C" __global__ void inner_paths(unsigned long long seed, unsigned first_o
 
 #if PATHS_D > 0
 // Host defines: PATHS_D (assets, <= 32), PATHS_FACTOR (0/1), PATHS_BLOCK (threads per
-// block), optionally PATHS_PAYOFF (1, with paths_payoff defined before this file: see
-// inner_paths_fixed), and __constant__ double C_DRIFT[PATHS_D], C_VOL[PATHS_D] and, when PATHS_FACTOR,
-// C_FACTOR[PATHS_D * PATHS_D] (row-major lower triangular).
+// block), PATHS_KEY0 and PATHS_KEY1 (the Philox key: the low and high words of the seed;
+// the fixed kernels' seed argument is not read, and constant keys fold into the rounds'
+// XORs: measured 1% of the path kernel), optionally PATHS_PAYOFF (1, with paths_payoff
+// defined before this file: see inner_paths_fixed), and __constant__ double
+// C_DRIFT[PATHS_D], C_VOL[PATHS_D] and, when PATHS_FACTOR, C_FACTOR[PATHS_D * PATHS_D]
+// (row-major lower triangular).
 // A step's normals are generated PATHS_CHUNK assets ahead of their use, so the ring
 // holds at most a chunk plus the 3 draws a Philox block may leave over: RING rows,
 // >= chunk + 3, a multiple of 4. A short ring keeps the block's shared memory small
@@ -405,6 +444,12 @@ extern "C" __global__ void inner_paths(unsigned long long seed, unsigned first_o
 // are then one contiguous array in the order of the output, copied without index
 // arithmetic (inner_paths_fixed).
 #define SXS (PATHS_D | 1)
+
+// The compiled-in Philox key (the host's seed).
+__device__ __forceinline__ void fixed_keys(NormalStream& s) {
+    s.key0 = PATHS_KEY0;
+    s.key1 = PATHS_KEY1;
+}
 
 // Normals of the stream up to draw `end` (exclusive) into the ring (row = draw mod RING),
 // continuing from Philox block *next; at most 3 draws beyond `end` are generated, and
@@ -489,6 +534,7 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
     double* zr = zr_all + tid;
     NormalStream ns;
     stream_init(ns, seed, first_outer + (unsigned)l, date, (unsigned)mm);
+    fixed_keys(ns);
     if (live)
         for (int i = 0; i < PATHS_D; ++i) xs[i] = start[l * start_stride + i];
     unsigned next = 0;
@@ -575,6 +621,7 @@ outer_paths_fixed(unsigned long long seed, unsigned first_path, long long paths,
     double* zr = zr_all + tid;
     NormalStream ns;
     stream_init(ns, seed, first_path + (unsigned)l, 0u, OUTER_STREAM);
+    fixed_keys(ns);
     double* o = out + l * (long long)(steps + 1) * PATHS_D;
     for (int i = 0; i < PATHS_D; ++i) {
         xs[i] = spots[i];

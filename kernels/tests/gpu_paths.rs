@@ -267,6 +267,74 @@ fn normals_match_cpu_within_ulps() {
     assert!(ulps <= 16, "normals differ by {ulps} ulp");
 }
 
+/// The branch-free square root of the Box-Muller transform (`sqrt_pos` in paths.cu)
+/// rounds correctly: bitwise the CPU's `sqrt` on the Box-Muller arguments -2 ln u of
+/// 2^22 + 6 words u spread over all 2^32 (the extremes included), on 2^21 random doubles
+/// with exponents over the whole documented range [2^-970, f64::MAX], and on named hard
+/// cases: the range's ends, perfect squares, squares of midpoints between doubles (the
+/// rounding boundaries) and their neighbours.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn sqrt_pos_is_correctly_rounded() {
+    let Some(stream) = stream() else { return };
+    let market = Market::new(2, false, 1);
+    let gen = GpuPaths::new(&stream, &market.steps(), 1).unwrap();
+    let mut t: Vec<f64> = Vec::new();
+    // Box-Muller's arguments.
+    let words = (0..1u64 << 22)
+        .map(|k| (k * 0x9E37_79B9 % (1 << 32)) as u32)
+        .chain([0, 1, 2, u32::MAX - 2, u32::MAX - 1, u32::MAX]);
+    t.extend(words.map(|w| -2.0 * uniform(w).ln()));
+    // Random doubles over the range: biased exponent 53 (2^-970) ..= 2046, any mantissa.
+    let mut rng = SplitMix64::new(0x5eed_5c47);
+    for _ in 0..1 << 21 {
+        let e = 53 + rng.next_u64() % (2046 - 53 + 1);
+        t.push(f64::from_bits(e << 52 | rng.next_u64() >> 12));
+    }
+    // Named hard cases.
+    let lo = f64::from_bits(53 << 52);
+    t.extend([
+        lo,
+        f64::from_bits(lo.to_bits() + 1),
+        f64::MAX,
+        f64::from_bits(f64::MAX.to_bits() - 1),
+    ]);
+    t.extend([1.0, 2.0, 4.0, 0.25, 45.0, 2.3e-10]);
+    for k in 0..1i32 << 16 {
+        let x = f64::from_bits(0x3ff0_0000_0000_0000 + (rng.next_u64() >> 12));
+        let s = x * 2f64.powi(k % 200 - 100);
+        // A perfect square, and the square of the midpoint between s and its successor
+        // (exactly representable only rarely: its nearest doubles and their neighbours).
+        let mid = s + (f64::from_bits(s.to_bits() + 1) - s) / 2.0;
+        let m2 = mid * mid;
+        t.extend([
+            s * s,
+            m2,
+            f64::from_bits(m2.to_bits() - 1),
+            f64::from_bits(m2.to_bits() + 1),
+        ]);
+    }
+    t.retain(|&v| v >= lo && v <= f64::MAX);
+    let g = gen.sqrt_pos(&t).unwrap();
+    let wrong: Vec<(f64, f64, f64)> = t
+        .iter()
+        .zip(&g)
+        .filter(|(x, y)| x.sqrt().to_bits() != y.to_bits())
+        .map(|(&x, &y)| (x, y, x.sqrt()))
+        .collect();
+    println!(
+        "sqrt_pos: {} arguments in [2^-970, f64::MAX], {} not bitwise sqrt (first: {:?})",
+        t.len(),
+        wrong.len(),
+        wrong.first()
+    );
+    assert!(
+        wrong.is_empty(),
+        "sqrt_pos differs from sqrt on {} arguments",
+        wrong.len()
+    );
+}
+
 fn check_paths(correlated: bool, d: usize) {
     let Some(stream) = stream() else { return };
     let market = Market::new(d, correlated, 7 + d as u64);

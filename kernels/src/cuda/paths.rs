@@ -142,10 +142,12 @@ pub fn payoff_value_source(payoff: &GpuPayoff) -> Option<String> {
     ))
 }
 
-/// The path module for `market`: the fixed kernels compiled for it (defines and the
-/// market's constants, then `cuda/paths.cu`) when it has at most
-/// [`FIXED_MAX_ASSETS`] assets and finite parameters, else `None` (generic kernels).
-pub fn paths_source_fixed(market: &MarketSteps) -> Option<String> {
+/// The path module for `market` and `seed`: the fixed kernels compiled for them (defines,
+/// the Philox key words of `seed` and the market's constants, then `cuda/paths.cu`) when
+/// the market has at most [`FIXED_MAX_ASSETS`] assets and finite parameters, else `None`
+/// (generic kernels). The fixed kernels draw from the compiled-in key (their `seed`
+/// argument is not read): constant keys fold into the Philox rounds' XORs.
+pub fn paths_source_fixed(market: &MarketSteps, seed: u64) -> Option<String> {
     let d = market.spots.len();
     let finite = |v: &[f64]| v.iter().all(|x| x.is_finite());
     if d == 0
@@ -157,8 +159,11 @@ pub fn paths_source_fixed(market: &MarketSteps) -> Option<String> {
         return None;
     }
     let mut src = format!(
-        "#define PATHS_D {d}\n#define PATHS_FACTOR {}\n#define PATHS_BLOCK {FIXED_BLOCK}\n",
-        u32::from(market.factor.is_some())
+        "#define PATHS_D {d}\n#define PATHS_FACTOR {}\n#define PATHS_BLOCK {FIXED_BLOCK}\n\
+         #define PATHS_KEY0 {:#010x}u\n#define PATHS_KEY1 {:#010x}u\n",
+        u32::from(market.factor.is_some()),
+        seed as u32,
+        (seed >> 32) as u32
     );
     src += &c_array("C_DRIFT", market.drift);
     src += &c_array("C_VOL", market.vol);
@@ -175,6 +180,7 @@ pub struct GpuPaths {
     stream: Arc<CudaStream>,
     philox: CudaFunction,
     normals: CudaFunction,
+    sqrt_pos: CudaFunction,
     outer: CudaFunction,
     inner: CudaFunction,
     seed: u64,
@@ -301,7 +307,7 @@ impl GpuPaths {
         let ctx: &Arc<CudaContext> = stream.context();
         let (major, minor) = ctx.compute_capability()?;
         let fixed_src = if allow_fixed {
-            paths_source_fixed(market)
+            paths_source_fixed(market, seed)
         } else {
             None
         };
@@ -331,6 +337,7 @@ impl GpuPaths {
             stream: stream.clone(),
             philox: module.load_function("philox_blocks")?,
             normals: module.load_function("normal_draws")?,
+            sqrt_pos: module.load_function("sqrt_pos_values")?,
             outer: module.load_function(outer_name)?,
             inner: module.load_function(inner_name)?,
             seed,
@@ -674,6 +681,26 @@ impl GpuPaths {
             .collect())
     }
 
+    /// `sqrt_pos(t[q])`, the branch-free square root of the Box-Muller transform (for
+    /// tests: it must equal the correctly rounded `t[q].sqrt()` on `[2^-970, f64::MAX]`).
+    ///
+    /// # Errors
+    /// Driver errors.
+    pub fn sqrt_pos(&self, t: &[f64]) -> Result<Vec<f64>, GpuError> {
+        if t.is_empty() {
+            return Ok(Vec::new());
+        }
+        let t_dev = self.stream.clone_htod(t)?;
+        let mut o_dev: CudaSlice<f64> = self.stream.clone_htod(&vec![f64::NAN; t.len()])?;
+        let n = t.len() as i64;
+        let mut l = self.stream.launch_builder(&self.sqrt_pos);
+        l.arg(&t_dev).arg(&mut o_dev).arg(&n);
+        // SAFETY: `sqrt_pos_values(const double*, double*, long long)`; both buffers hold
+        // `n` doubles and threads q >= n return.
+        unsafe { l.launch(LaunchConfig::for_num_elems(t.len() as u32)) }?;
+        Ok(self.stream.clone_dtoh(&o_dev)?)
+    }
+
     /// The first `count` normals of the stream `(seed, outer, date, inner)` (for tests).
     ///
     /// # Errors
@@ -746,7 +773,8 @@ mod tests {
                 vol: &vol,
                 factor: f,
             };
-            let src = super::paths_source_fixed(&market).expect("fixed kernels");
+            let src =
+                super::paths_source_fixed(&market, 0x0123_4567_89ab_cdef).expect("fixed kernels");
             for src in [src.clone(), format!("#define PATHS_EXP_FALLBACK 1\n{src}")] {
                 if let Err(e) = super::compile_cubin(&src, "paths.cu", "sm_90") {
                     panic!("{e}");
