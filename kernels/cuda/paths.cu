@@ -224,14 +224,15 @@ __device__ __forceinline__ double exp_step(double x) {
 #endif
 }
 
-// Square root of t in [2^-970, 2^1023] (here t = -2 ln u1 in [2.3e-10, 45.8]): the
+// Square root of t in [2^-970, DBL_MAX] (here t = -2 ln u1 in [2.3e-10, 45.8]): the
 // sequence of the fast path of CUDA's correctly rounded sqrt (an estimate y of 1 / sqrt(t),
 // y1 = y + (1/2 + 3/8 e) y e with e = 1 - t y^2, s = t y1 and the correction
 // s + (t - s^2) y1 / 2), without the range test and its branch to the slow path, which
 // this range never takes. Correctly rounded: the same bits as sqrt (gpu_paths checks it
-// against the CPU's on arguments over the whole range). The branch's call constrained the
-// registers of the whole unrolled step: measured (H100, basket29 100k, path kernel alone)
-// 0.305 -> 0.286 s (benches/RESULTS.md, thirteenth session).
+// against the CPU's on 6.5 million arguments over the whole range, none differ). The
+// branch's call constrained the registers of the whole unrolled step: measured (H100,
+// basket29 100k, path kernel alone) 0.305 -> 0.286 s (benches/RESULTS.md, thirteenth
+// session).
 __device__ __forceinline__ double sqrt_pos(double t) {
     double y;
     asm("rsqrt.approx.ftz.f64 %0, %1;" : "=d"(y) : "d"(t));
@@ -436,6 +437,13 @@ extern "C" __global__ void inner_paths(unsigned long long seed, unsigned first_o
 #ifndef PATHS_CHUNK
 #define PATHS_CHUNK 8
 #endif
+// PATHS_FILL_UNROLL: Philox blocks per iteration of the ring's fill loop (their Box-Muller
+// transforms overlap).
+#ifndef PATHS_FILL_UNROLL
+#define PATHS_FILL_UNROLL 2
+#endif
+#define PATHS_PRAGMA(x) _Pragma(#x)
+#define PATHS_UNROLL_BY(k) PATHS_PRAGMA(unroll k)
 #define PATHS_CH (PATHS_CHUNK < PATHS_D ? PATHS_CHUNK : PATHS_D)
 #define RING (((PATHS_CH + 6) / 4) * 4)
 #define LDX (PATHS_BLOCK + 1)  // odd row stride of the ring: conflict-free
@@ -457,7 +465,7 @@ __device__ __forceinline__ void fixed_keys(NormalStream& s) {
 __device__ __forceinline__ void fill_ring(double* zr, unsigned* next, unsigned end,
                                           const NormalStream& ns) {
     unsigned b = *next;
-#pragma unroll 2
+    PATHS_UNROLL_BY(PATHS_FILL_UNROLL)
     for (; 4u * b < end; ++b) {
         double z0, z1, z2, z3;
         stream_block(ns, b, &z0, &z1, &z2, &z3);
