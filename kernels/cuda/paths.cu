@@ -25,11 +25,12 @@
 //   when PATHS_FACTOR, C_FACTOR, written by the host as exact hexadecimal literals), the
 //   step fully unrolled over the assets: the correlation's products take the factor as
 //   constant operands, its d sums are independent chains, and the exp of asset k starts
-//   as soon as its sum is complete. A step's normals are generated first, a Philox block
-//   at a time, into a per-thread ring of d + 3 (rounded up to a multiple of 4) in shared
-//   memory; the states stay in shared memory and leave, after each step, through a
-//   block-wide copy whose consecutive threads write consecutive addresses. Same operations in the same order as the generic kernels: bitwise the
-//   same results.
+//   as soon as its sum is complete. A step's normals are generated PATHS_CHUNK assets
+//   ahead of their use, two Philox blocks at a time, into a per-thread ring of chunk + 3
+//   (rounded up to a multiple of 4) in shared memory; the states stay in shared memory and
+//   leave, after each step, through a block-wide copy whose consecutive threads write
+//   consecutive addresses. Same operations in the same order as the generic kernels:
+//   bitwise the same results.
 
 #define PHILOX_M0 0xD2511F53u
 #define PHILOX_M1 0xCD9E8D57u
@@ -433,9 +434,14 @@ extern "C" __global__ void inner_paths(unsigned long long seed, unsigned first_o
 // A step's normals are generated PATHS_CHUNK assets ahead of their use, so the ring
 // holds at most a chunk plus the 3 draws a Philox block may leave over: RING rows,
 // >= chunk + 3, a multiple of 4. A short ring keeps the block's shared memory small
-// (more blocks per SM); PATHS_CHUNK >= d generates the whole step first.
+// (more blocks per SM); PATHS_CHUNK >= d generates the whole step first. Chunk 16 with
+// two Philox blocks per fill iteration: measured (H100, basket29 100k, path kernel alone,
+// benches/RESULTS.md thirteenth session) 0.275 s against 0.275 (8, as before), 0.266
+// (16 unrolled once, 20 twice), 0.270 (12 thrice, 14 twice), 0.272 (16 thrice), 0.279
+// (24 twice), 0.291-0.297 (16 or 8 unrolled four times: the step loop is then rolled; 4
+// once: 11 blocks per SM of 80 registers).
 #ifndef PATHS_CHUNK
-#define PATHS_CHUNK 8
+#define PATHS_CHUNK 16
 #endif
 // PATHS_FILL_UNROLL: Philox blocks per iteration of the ring's fill loop (their Box-Muller
 // transforms overlap).
