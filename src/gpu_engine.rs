@@ -70,9 +70,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Share of the device's free memory a chunk may use (the rest: solver workspaces,
-/// fragmentation). 0.85 was measured slower (benches/RESULTS.md, "Ninth session: the
-/// chunk size").
-const MEMORY_SHARE: f64 = 0.6;
+/// fragmentation). Smaller chunks map less memory before the device starts and shorten
+/// the first date's head and the last date's tail of the run; more chunks cost a
+/// synchronisation and a commit each. Measured on an H100, basket29 f64 (benches/RESULTS.md,
+/// "Thirteenth session, round 3"): 100k outer paths 0.663 s at 0.6 (3 chunks), 0.607 at 0.4,
+/// 0.585 at 0.3 (6 chunks), 0.578 at 0.2, 0.609 at 0.1 (16 chunks); 1M 5.57 s at 0.6,
+/// 5.53 at 0.3. 0.85 was slower still (ninth session).
+const MEMORY_SHARE: f64 = 0.3;
 
 struct American<T: GpuReal> {
     position: usize,
