@@ -105,31 +105,32 @@ __device__ __forceinline__ double turn_angle(unsigned u) {
 #ifndef PATHS_EXP_FALLBACK
 #define PATHS_EXP_FALLBACK 0
 #endif
-#define K_LOG2E 0
-#define K_LN2_LO 1
-#define K_EXQ 2      // 11: Q_0 .. Q_10
-#define K_LGP 13     // 7: P_0 .. P_6
-#define K_2OPI 20
-#define K_PIO2_HI 21
-#define K_PIO2_MID 22
-#define K_SIN 23     // 7: S_0 .. S_6
-#define K_COS 30     // 6: C_0 .. C_5
-#define K_COUNT 36
+#define K_32LOG2E 0   // 32 / ln 2
+#define K_LN2_32_LO 1 // (ln 2 - LN2_HI) / 32
+#define K_LN2_LO 2    // ln 2 - LN2_HI
+#define K_EXP 3       // 5: 1/2!, 1/3!, 1/4!, 1/5!, 1/6! (Taylor: |r| <= ln 2 / 64)
+#define K_LGP 8       // 7: P_0 .. P_6
+#define K_2OPI 15
+#define K_PIO2_HI 16
+#define K_PIO2_MID 17
+#define K_SIN 18      // 7: S_0 .. S_6
+#define K_COS 25      // 6: C_0 .. C_5
+#define K_COUNT 31
 #define LN2_HI 0x1.62e42p-1  // 20 significant bits (low word zero): k LN2_HI exact
+#define LN2_32_HI 0x1.62e42p-6  // LN2_HI / 32: m LN2_32_HI exact for |m| < 2^33
 #define ROUND_MAGIC 0x1.8p52
 #define PATHS_K_VALUES \
-    0x1.71547652b82fep+0, 0x1.fdf473de6af28p-22, 0x1.0000000000000p-1, \
-    0x1.5555555555557p-3, 0x1.5555555555556p-5, 0x1.11111111100dfp-7, \
-    0x1.6c16c16c162d6p-10, 0x1.a01a01abe6327p-13, 0x1.a01a01a6d7833p-16, \
-    0x1.71de0237479e4p-19, 0x1.27e4db67abc75p-22, 0x1.af4ddda32bea9p-26, \
-    0x1.1f72fc848c527p-29, 0x1.5555555555558p-1, 0x1.99999999952e2p-2, \
-    0x1.2492492df14bfp-2, 0x1.c71c62e57c0cfp-3, 0x1.7462b4ac51915p-3, \
-    0x1.39fe603f8739ep-3, 0x1.2b584c80de001p-3, 0x1.45f306dc9c883p-1, \
-    0x1.921fb54442d18p+0, 0x1.1a62633145c07p-54, -0x1.5555555555555p-3, \
-    0x1.1111111111110p-7, -0x1.a01a01a019937p-13, 0x1.71de3a54607a5p-19, \
-    -0x1.ae64541295cdfp-26, 0x1.61217ee5cca1bp-33, -0x1.ab17bdcbd3414p-41, \
-    0x1.5555555555555p-5, -0x1.6c16c16c16967p-10, 0x1.a01a019f4e9b4p-16, \
-    -0x1.27e4fa17bf139p-22, 0x1.1eeb68cd22f56p-29, -0x1.907d8f29fe831p-37 \
+    0x1.71547652b82fep+5, 0x1.fdf473de6af28p-27, 0x1.fdf473de6af28p-22, \
+    0x1.0000000000000p-1, 0x1.5555555555555p-3, 0x1.5555555555555p-5, \
+    0x1.1111111111111p-7, 0x1.6c16c16c16c17p-10, 0x1.5555555555558p-1, \
+    0x1.99999999952e2p-2, 0x1.2492492df14bfp-2, 0x1.c71c62e57c0cfp-3, \
+    0x1.7462b4ac51915p-3, 0x1.39fe603f8739ep-3, 0x1.2b584c80de001p-3, \
+    0x1.45f306dc9c883p-1, 0x1.921fb54442d18p+0, 0x1.1a62633145c07p-54, \
+    -0x1.5555555555555p-3, 0x1.1111111111110p-7, -0x1.a01a01a019937p-13, \
+    0x1.71de3a54607a5p-19, -0x1.ae64541295cdfp-26, 0x1.61217ee5cca1bp-33, \
+    -0x1.ab17bdcbd3414p-41, 0x1.5555555555555p-5, -0x1.6c16c16c16967p-10, \
+    0x1.a01a019f4e9b4p-16, -0x1.27e4fa17bf139p-22, 0x1.1eeb68cd22f56p-29, \
+    -0x1.907d8f29fe831p-37 \
 
 struct MathK {
     double c[K_COUNT];
@@ -143,6 +144,29 @@ struct MathK {
 // 0.318 s (benches/RESULTS.md, "GPU inner paths, round 5").
 __constant__ MathK PATHS_K_CONST = {{PATHS_K_VALUES}};
 #define KC(i) (PATHS_K_CONST.c[i])
+
+// 2^(j/32) = x + y for j < 32: x the double nearest, y the double nearest the rest
+// (Python's decimal at 60 digits), so x + y carries 2^(j/32) to about 2^-106 relative.
+// exp_step reads it through a pointer: the fixed kernels copy it into shared memory (the
+// lanes' indices differ; constant memory would serialise them), the generic kernels pass
+// this array.
+__constant__ double2 PATHS_EXP_T[32] = {
+    {0x1.0000000000000p+0, 0.0}, {0x1.059b0d3158574p+0, 0x1.d73e2a475b465p-55},
+    {0x1.0b5586cf9890fp+0, 0x1.8a62e4adc610bp-54}, {0x1.11301d0125b51p+0, -0x1.6c51039449b3ap-54},
+    {0x1.172b83c7d517bp+0, -0x1.19041b9d78a76p-55}, {0x1.1d4873168b9aap+0, 0x1.e016e00a2643cp-54},
+    {0x1.2387a6e756238p+0, 0x1.9b07eb6c70573p-54}, {0x1.29e9df51fdee1p+0, 0x1.612e8afad1255p-55},
+    {0x1.306fe0a31b715p+0, 0x1.6f46ad23182e4p-55}, {0x1.371a7373aa9cbp+0, -0x1.63aeabf42eae2p-54},
+    {0x1.3dea64c123422p+0, 0x1.ada0911f09ebcp-55}, {0x1.44e086061892dp+0, 0x1.89b7a04ef80d0p-59},
+    {0x1.4bfdad5362a27p+0, 0x1.d4397afec42e2p-56}, {0x1.5342b569d4f82p+0, -0x1.07abe1db13cadp-55},
+    {0x1.5ab07dd485429p+0, 0x1.6324c054647adp-54}, {0x1.6247eb03a5585p+0, -0x1.383c17e40b497p-54},
+    {0x1.6a09e667f3bcdp+0, -0x1.bdd3413b26456p-54}, {0x1.71f75e8ec5f74p+0, -0x1.16e4786887a99p-55},
+    {0x1.7a11473eb0187p+0, -0x1.41577ee04992fp-55}, {0x1.82589994cce13p+0, -0x1.d4c1dd41532d8p-54},
+    {0x1.8ace5422aa0dbp+0, 0x1.6e9f156864b27p-54}, {0x1.93737b0cdc5e5p+0, -0x1.75fc781b57ebcp-57},
+    {0x1.9c49182a3f090p+0, 0x1.c7c46b071f2bep-56}, {0x1.a5503b23e255dp+0, -0x1.d2f6edb8d41e1p-54},
+    {0x1.ae89f995ad3adp+0, 0x1.7a1cd345dcc81p-54}, {0x1.b7f76f2fb5e47p+0, -0x1.5584f7e54ac3bp-56},
+    {0x1.c199bdd85529cp+0, 0x1.11065895048ddp-55}, {0x1.cb720dcef9069p+0, 0x1.503cbd1e949dbp-56},
+    {0x1.d5818dcfba487p+0, 0x1.2ed02d75b3707p-55}, {0x1.dfc97337b9b5fp+0, -0x1.1a5cd4f184b5cp-54},
+    {0x1.ea4afa2a490dap+0, -0x1.e9c23179c2893p-54}, {0x1.f50765b6e4540p+0, 0x1.9d3e12dd8a18bp-54}};
 
 __device__ __forceinline__ double log_unit(double x) {
 #if PATHS_MATH
@@ -205,21 +229,30 @@ __device__ __forceinline__ void sincos_turn(double a, double* sp, double* cp) {
 // Out of the fast path's range: CUDA's exp, out of line (one copy, not one per asset).
 __device__ __noinline__ double exp_outside(double x) { return exp(x); }
 
-__device__ __forceinline__ double exp_step(double x) {
+// e^x for |x| < 708 (Tang's table method): m = rint(32 x / ln 2), r = x - m ln 2 / 32
+// (|r| <= ln 2 / 64, two parts of ln 2 / 32, the first exact in the product),
+// e^r - 1 = r + r^2 (1/2 + r (1/6 + r (1/24 + r (1/120 + r / 720)))) (Taylor; the first
+// term left out is below 2^-58 relative), e^x = 2^(m >> 5) (T + (T p + t)) with
+// T + t = 2^((m & 31) / 32) from `tab` (PATHS_EXP_T); 2^(m >> 5) through the exponent.
+// Twelve FP64 operations and one 16-byte load instead of the degree-10 polynomial's
+// seventeen; the error is the final rounding plus a few hundredths of an ulp.
+__device__ __forceinline__ double exp_step(double x, const double2* tab) {
 #if PATHS_MATH
 #if PATHS_EXP_FALLBACK
     if (!(fabs(x) < 708.0)) return exp_outside(x);
 #endif
-    const double t = fma(x, KC(K_LOG2E), ROUND_MAGIC);
+    const double t = fma(x, KC(K_32LOG2E), ROUND_MAGIC);
     const double nd = t - ROUND_MAGIC;
-    const int n = __double2loint(t);
-    double r = fma(-nd, LN2_HI, x);
-    r = fma(-nd, KC(K_LN2_LO), r);
-    double q = KC(K_EXQ + 10);
+    const int m = __double2loint(t);
+    double r = fma(-nd, LN2_32_HI, x);
+    r = fma(-nd, KC(K_LN2_32_LO), r);
+    double q = KC(K_EXP + 4);
 #pragma unroll
-    for (int j = 9; j >= 0; --j) q = fma(q, r, KC(K_EXQ + j));
-    const double p = 1.0 + fma(r * q, r, r);
-    return __hiloint2double(__double2hiint(p) + (n << 20), __double2loint(p));
+    for (int j = 3; j >= 0; --j) q = fma(q, r, KC(K_EXP + j));
+    const double p = fma(r * r, q, r);
+    const double2 tt = tab[m & 31];
+    const double y = tt.x + fma(tt.x, p, tt.y);
+    return __hiloint2double(__double2hiint(y) + ((m >> 5) << 20), __double2loint(y));
 #else
     return exp(x);
 #endif
@@ -306,12 +339,12 @@ __device__ __forceinline__ void gbm_step(double* x, double* z, int ld, int d,
             double acc = 0.0;
             const double* row = factor + (long long)i * d;
             for (int k = 0; k <= i; ++k) acc = acc + row[k] * z[k * ld];
-            x[i * ld] = x[i * ld] * exp_step(drift[i] + vol[i] * acc);
+            x[i * ld] = x[i * ld] * exp_step(drift[i] + vol[i] * acc, PATHS_EXP_T);
         }
     } else {
         for (int i = 0; i < d; ++i) {
             const double w = stream_next(ns);
-            x[i * ld] = x[i * ld] * exp_step(drift[i] + vol[i] * w);
+            x[i * ld] = x[i * ld] * exp_step(drift[i] + vol[i] * w, PATHS_EXP_T);
         }
     }
 }
@@ -332,6 +365,14 @@ extern "C" __global__ void philox_blocks(const unsigned* __restrict__ ctr,
     out[4 * q + 1] = r.y;
     out[4 * q + 2] = r.z;
     out[4 * q + 3] = r.w;
+}
+
+// out[q] = exp_step(x[q]) for q < n, with the table from constant memory (for tests:
+// compared with the CPU's exp).
+extern "C" __global__ void exp_step_values(const double* __restrict__ x, double* __restrict__ out,
+                                           long long n) {
+    const long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (q < n) out[q] = exp_step(x[q], PATHS_EXP_T);
 }
 
 // out[q] = sqrt_pos(t[q]) for q < n (for tests: compared with the CPU's sqrt).
@@ -459,6 +500,13 @@ extern "C" __global__ void inner_paths(unsigned long long seed, unsigned first_o
 // arithmetic (inner_paths_fixed).
 #define SXS (PATHS_D | 1)
 
+// The block's copy of PATHS_EXP_T (then a barrier: every thread of the block calls it).
+static_assert(PATHS_BLOCK >= 32, "the exp table is copied by the first 32 threads");
+__device__ __forceinline__ void exp_table_to_shared(double2* et) {
+    if (threadIdx.x < 32) et[threadIdx.x] = PATHS_EXP_T[threadIdx.x];
+    __syncthreads();
+}
+
 // The compiled-in Philox key (the host's seed).
 __device__ __forceinline__ void fixed_keys(NormalStream& s) {
     s.key0 = PATHS_KEY0;
@@ -491,7 +539,8 @@ __device__ __forceinline__ void fill_ring(double* zr, unsigned* next, unsigned e
 // when every product is -0.0, and then only its sign, which leaves drift + vol * w and
 // the state unchanged).
 __device__ __forceinline__ void gbm_step_fixed(double* xs, double* zr, unsigned first,
-                                               unsigned* next, const NormalStream& ns) {
+                                               unsigned* next, const NormalStream& ns,
+                                               const double2* et) {
     unsigned row = first % RING;
 #if PATHS_FACTOR
     double acc[PATHS_D];
@@ -512,7 +561,7 @@ __device__ __forceinline__ void gbm_step_fixed(double* xs, double* zr, unsigned 
 #else
         const double w = z;
 #endif
-        xs[k] = xs[k] * exp_step(C_DRIFT[k] + C_VOL[k] * w);
+        xs[k] = xs[k] * exp_step(C_DRIFT[k] + C_VOL[k] * w, et);
     }
 }
 
@@ -533,7 +582,9 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
     __shared__ double xs_all[PATHS_BLOCK * SXS];
     __shared__ double zr_all[RING * LDX];
     __shared__ long long base_all[PATHS_BLOCK];
+    __shared__ double2 et[32];
     const int tid = threadIdx.x;
+    exp_table_to_shared(et);
     const long long t0 = (long long)blockIdx.x * PATHS_BLOCK;
     const long long t = t0 + tid;
     const bool live = t < outer * inner;
@@ -575,7 +626,7 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
 #endif
     for (int s = 0; s < steps; ++s) {
         if (live) {
-            gbm_step_fixed(xs, zr, (unsigned)s * PATHS_D, &next, ns);
+            gbm_step_fixed(xs, zr, (unsigned)s * PATHS_D, &next, ns, et);
         }
 #if PATHS_PAYOFF
         if (s == pay_step) {  // the same for every thread: no barrier is skipped
@@ -628,7 +679,9 @@ outer_paths_fixed(unsigned long long seed, unsigned first_path, long long paths,
                   const double* __restrict__ spots, double* __restrict__ out) {
     __shared__ double xs_all[PATHS_BLOCK * SXS];
     __shared__ double zr_all[RING * LDX];
+    __shared__ double2 et[32];
     const int tid = threadIdx.x;
+    exp_table_to_shared(et);
     const long long l = (long long)blockIdx.x * PATHS_BLOCK + tid;
     if (l >= paths) return;  // no block-wide synchronisation below
     double* xs = xs_all + tid * SXS;
@@ -643,7 +696,7 @@ outer_paths_fixed(unsigned long long seed, unsigned first_path, long long paths,
     }
     unsigned next = 0;
     for (int k = 1; k <= steps; ++k) {
-        gbm_step_fixed(xs, zr, (unsigned)(k - 1) * PATHS_D, &next, ns);
+        gbm_step_fixed(xs, zr, (unsigned)(k - 1) * PATHS_D, &next, ns, et);
         for (int i = 0; i < PATHS_D; ++i) o[(long long)k * PATHS_D + i] = xs[i];
     }
 }

@@ -267,6 +267,51 @@ fn normals_match_cpu_within_ulps() {
     assert!(ulps <= 16, "normals differ by {ulps} ulp");
 }
 
+/// The path kernels' exp (`exp_step` in paths.cu, Tang's table method) stays within an
+/// ulp of the CPU's `exp` (both are within about half an ulp of e^x): on 2^21 random
+/// GBM increments in [-1, 1], 2^20 random arguments in (-708, 708), and named cases
+/// (0, +-tiny, the ends of the reduced interval (k + 1/2) ln 2 / 32 and their
+/// neighbours, +-707.9).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn exp_step_within_an_ulp_of_cpu_exp() {
+    let Some(stream) = stream() else { return };
+    let market = Market::new(2, false, 1);
+    let gen = GpuPaths::new(&stream, &market.steps(), 1).unwrap();
+    let mut rng = SplitMix64::new(0xe4b_5eed);
+    let unit = |r: &mut SplitMix64| (r.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+    let mut x: Vec<f64> = (0..1 << 21).map(|_| 2.0 * unit(&mut rng) - 1.0).collect();
+    x.extend((0..1 << 20).map(|_| 1416.0 * unit(&mut rng) - 708.0));
+    x.extend([0.0, -0.0, 1e-300, -1e-300, 2.3e-17, -2.3e-17, 707.9, -707.9]);
+    let ln2_32 = std::f64::consts::LN_2 / 32.0;
+    for k in -40_000i32..40_000 {
+        if k % 7 != 0 && k.abs() > 200 {
+            continue;
+        }
+        let b = (k as f64 + 0.5) * ln2_32;
+        x.extend([
+            b,
+            f64::from_bits(b.to_bits() + 1),
+            f64::from_bits(b.to_bits() - 1),
+        ]);
+    }
+    x.retain(|v| v.abs() < 708.0);
+    let g = gen.exp_step(&x).unwrap();
+    let (mut worst, mut equal) = (0u64, 0usize);
+    for (&xi, &gi) in x.iter().zip(&g) {
+        let c = xi.exp();
+        let u = gi.to_bits().abs_diff(c.to_bits());
+        worst = worst.max(u);
+        equal += usize::from(u == 0);
+    }
+    println!(
+        "exp_step: {} arguments, {:.4}% bitwise the CPU's exp, at most {worst} ulp apart",
+        x.len(),
+        100.0 * equal as f64 / x.len() as f64
+    );
+    assert!(worst <= 1, "exp_step differs from exp by {worst} ulp");
+}
+
 /// The branch-free square root of the Box-Muller transform (`sqrt_pos` in paths.cu)
 /// rounds correctly: bitwise the CPU's `sqrt` on the Box-Muller arguments -2 ln u of
 /// 2^22 + 6 words u spread over all 2^32 (the extremes included), on 2^21 random doubles

@@ -181,6 +181,7 @@ pub struct GpuPaths {
     philox: CudaFunction,
     normals: CudaFunction,
     sqrt_pos: CudaFunction,
+    exp_step: CudaFunction,
     outer: CudaFunction,
     inner: CudaFunction,
     seed: u64,
@@ -338,6 +339,7 @@ impl GpuPaths {
             philox: module.load_function("philox_blocks")?,
             normals: module.load_function("normal_draws")?,
             sqrt_pos: module.load_function("sqrt_pos_values")?,
+            exp_step: module.load_function("exp_step_values")?,
             outer: module.load_function(outer_name)?,
             inner: module.load_function(inner_name)?,
             seed,
@@ -698,6 +700,27 @@ impl GpuPaths {
         // SAFETY: `sqrt_pos_values(const double*, double*, long long)`; both buffers hold
         // `n` doubles and threads q >= n return.
         unsafe { l.launch(LaunchConfig::for_num_elems(t.len() as u32)) }?;
+        Ok(self.stream.clone_dtoh(&o_dev)?)
+    }
+
+    /// `exp_step(x[q])`, the exponential of the GBM step (for tests: compared with the
+    /// CPU's `exp` for |x| < 708; outside that range the module's fallback, if compiled in,
+    /// takes CUDA's `exp`).
+    ///
+    /// # Errors
+    /// Driver errors.
+    pub fn exp_step(&self, x: &[f64]) -> Result<Vec<f64>, GpuError> {
+        if x.is_empty() {
+            return Ok(Vec::new());
+        }
+        let x_dev = self.stream.clone_htod(x)?;
+        let mut o_dev: CudaSlice<f64> = self.stream.clone_htod(&vec![f64::NAN; x.len()])?;
+        let n = x.len() as i64;
+        let mut l = self.stream.launch_builder(&self.exp_step);
+        l.arg(&x_dev).arg(&mut o_dev).arg(&n);
+        // SAFETY: `exp_step_values(const double*, double*, long long)`; both buffers hold
+        // `n` doubles and threads q >= n return.
+        unsafe { l.launch(LaunchConfig::for_num_elems(x.len() as u32)) }?;
         Ok(self.stream.clone_dtoh(&o_dev)?)
     }
 
