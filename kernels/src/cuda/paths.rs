@@ -687,20 +687,9 @@ impl GpuPaths {
     /// tests: it must equal the correctly rounded `t[q].sqrt()` on `[2^-970, f64::MAX]`).
     ///
     /// # Errors
-    /// Driver errors.
+    /// [`GpuError::Invalid`] for more than `u32::MAX` values, driver errors.
     pub fn sqrt_pos(&self, t: &[f64]) -> Result<Vec<f64>, GpuError> {
-        if t.is_empty() {
-            return Ok(Vec::new());
-        }
-        let t_dev = self.stream.clone_htod(t)?;
-        let mut o_dev: CudaSlice<f64> = self.stream.clone_htod(&vec![f64::NAN; t.len()])?;
-        let n = t.len() as i64;
-        let mut l = self.stream.launch_builder(&self.sqrt_pos);
-        l.arg(&t_dev).arg(&mut o_dev).arg(&n);
-        // SAFETY: `sqrt_pos_values(const double*, double*, long long)`; both buffers hold
-        // `n` doubles and threads q >= n return.
-        unsafe { l.launch(LaunchConfig::for_num_elems(t.len() as u32)) }?;
-        Ok(self.stream.clone_dtoh(&o_dev)?)
+        self.elementwise(&self.sqrt_pos, t)
     }
 
     /// `exp_step(x[q])`, the exponential of the GBM step (for tests: compared with the
@@ -708,19 +697,28 @@ impl GpuPaths {
     /// takes CUDA's `exp`).
     ///
     /// # Errors
-    /// Driver errors.
+    /// [`GpuError::Invalid`] for more than `u32::MAX` values, driver errors.
     pub fn exp_step(&self, x: &[f64]) -> Result<Vec<f64>, GpuError> {
+        self.elementwise(&self.exp_step, x)
+    }
+
+    /// `out[q] = f(x[q])` by one of the module's element-wise test kernels
+    /// (`sqrt_pos_values`, `exp_step_values`: `(const double* x, double* out, long long n)`,
+    /// one thread per value), on a NaN-poisoned output.
+    fn elementwise(&self, kernel: &CudaFunction, x: &[f64]) -> Result<Vec<f64>, GpuError> {
         if x.is_empty() {
             return Ok(Vec::new());
         }
+        let threads = u32::try_from(x.len())
+            .map_err(|_| GpuError::Invalid(format!("{} values in one launch", x.len())))?;
         let x_dev = self.stream.clone_htod(x)?;
         let mut o_dev: CudaSlice<f64> = self.stream.clone_htod(&vec![f64::NAN; x.len()])?;
         let n = x.len() as i64;
-        let mut l = self.stream.launch_builder(&self.exp_step);
+        let mut l = self.stream.launch_builder(kernel);
         l.arg(&x_dev).arg(&mut o_dev).arg(&n);
-        // SAFETY: `exp_step_values(const double*, double*, long long)`; both buffers hold
-        // `n` doubles and threads q >= n return.
-        unsafe { l.launch(LaunchConfig::for_num_elems(x.len() as u32)) }?;
+        // SAFETY: `kernel(const double*, double*, long long)` (the callers above); both
+        // buffers hold `n` doubles and threads q >= n return.
+        unsafe { l.launch(LaunchConfig::for_num_elems(threads)) }?;
         Ok(self.stream.clone_dtoh(&o_dev)?)
     }
 
