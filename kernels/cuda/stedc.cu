@@ -2372,9 +2372,9 @@ __device__ real* carve(unsigned char* smem, real** a, Ws& ws) {
 constexpr int DC_WARP_BYTES = ((2 * N * (N | 1) + 11 * N) * (int)sizeof(real) + 7 * N * 4 + 15) / 16 * 16;
 #endif
 extern "C" __global__ void DC_BOUNDS
-ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, real* __restrict__ X,
-                      GpuReport* __restrict__ rep, const unsigned int* __restrict__ idx, long long count,
-                      double threshold) {
+ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, const real* __restrict__ TRI,
+                      real* __restrict__ X, GpuReport* __restrict__ rep, const unsigned int* __restrict__ idx,
+                      long long k0, long long count, double threshold) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     real* qa;
     Ws ws;
@@ -2393,12 +2393,11 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, re
     real* xb = ws.dsrt;
     const int lane = threadIdx.x & 31;
     const real thr = (real)threshold;
-    Reflectors refl;
 
     int bars = 0;
 #if DC_BLOCK_WARPS > 1
-    for (long long k0 = (long long)blockIdx.x * nw; k0 < count; k0 += (long long)gridDim.x * nw) {
-        const long long k = k0 + (threadIdx.x >> 5);
+    for (long long kb = (long long)blockIdx.x * nw; kb < count; kb += (long long)gridDim.x * nw) {
+        const long long k = kb + (threadIdx.x >> 5);
 #if DC_PHASE_SYNC
         bars = 0;
 #endif
@@ -2407,23 +2406,18 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, re
     for (long long k = blockIdx.x; k < count; k += gridDim.x) {
         {
 #endif
-        const long long sys = idx ? (long long)idx[k] : k;
+        const long long sys = idx ? (long long)idx[k0 + k] : k0 + k;
         const real* a = A + sys * (N * N);
-        // Lower triangle (copy_lower) into both triangles, b; finiteness of the input.
+        const real* rec = TRI + k * TRI_STRIDE;
+        // T, Q^T b and b; the input's finiteness was checked by the first kernel.
         bool bad = false;
-        for (int e2 = lane; e2 < N * N; e2 += 32) {
-            const int r = e2 % N, c = e2 / N;
-            if (r >= c) {
-                const real vv = a[e2];
-                bad |= !finite(vv);
-                qa[r + c * LD] = vv;
-                qa[c + r * LD] = vv;
-            }
-        }
         for (int i = lane; i < N; i += 32) {
-            const real vv = B[sys * N + i];
-            bad |= !finite(vv);
-            bb[i] = vv;
+            d[i] = rec[i];
+            const real ei = rec[N + i];
+            if (i == N - 1) bad = ei != (real)0;
+            e[i] = i < N - 1 ? ei : (real)0;
+            v[i] = rec[3 * N + i];
+            bb[i] = B[sys * N + i];
         }
         bad = warp_any(bad);
         __syncwarp();
@@ -2433,29 +2427,6 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, re
         if (bad) {
             status = STATUS_NON_FINITE_INPUT;
         } else {
-#if !DC_HH_QTB
-            householder_tridiagonalize(qa, d, e, tmp, lane);
-#endif
-            // v = Q^T b.
-            real y[SLOTS];
-#pragma unroll
-            for (int s = 0; s < SLOTS; ++s) {
-                const int i = lane + 32 * s;
-                y[s] = i < N ? bb[i] : (real)0;
-            }
-#if DC_HH_QTB
-            householder_tridiagonalize(qa, d, e, tmp, y, lane);
-#else
-            apply_q(qa, y, true, lane);
-#endif
-            save_reflectors(qa, refl, lane);
-            phase_sync(bars);
-#pragma unroll
-            for (int s = 0; s < SLOTS; ++s) {
-                const int i = lane + 32 * s;
-                if (i < N) v[i] = y[s];
-            }
-            __syncwarp();
             int ktop;
             const bool sok = stedc<DC_TOP_NO_Z>(d, e, ws, lane, bars, &ktop);
             phase_sync(bars);
@@ -2464,13 +2435,41 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, re
             } else {
                 if (DC_TOP_NO_Z && ktop >= 0) discarded = truncated_solve_top(d, ws, v, thr, ktop, lane);
                 else discarded = truncated_eigen_solve(d, ws.z, v, tmp, thr, lane);
-                // x = Q v.
+                // x = Q v = H_0 (H_1 (... H_{N-2} v)), the reflectors staged in the shared
+                // array of W (free once the truncated solve is done).
+                __syncwarp();
+                for (int j = lane; j < (N - 1) * N; j += 32) {
+#if REAL_F64
+                    async_copy8(qa + j, rec + 4 * N + j);
+#else
+                    async_copy4(qa + j, rec + 4 * N + j);
+#endif
+                }
+                async_copy_commit();
+                real y[SLOTS];
 #pragma unroll
                 for (int s = 0; s < SLOTS; ++s) {
                     const int i = lane + 32 * s;
                     y[s] = i < N ? v[i] : (real)0;
                 }
-                apply_q_saved(refl, y, false, lane);
+                async_copy_wait<0>();
+                __syncwarp();
+#pragma unroll 1
+                for (int i = N - 2; i >= 0; --i) {
+                    const real tau = rec[2 * N + i];
+                    real vi[SLOTS];
+                    real dot = 0;
+#pragma unroll
+                    for (int s = 0; s < SLOTS; ++s) {
+                        const int r = lane + 32 * s;
+                        vi[s] = r < N ? qa[i * N + r] : (real)0;
+                        dot = fma(vi[s], y[s], dot);
+                    }
+                    dot = warp_sum(dot);
+                    const real f = tau * dot;
+#pragma unroll
+                    for (int s = 0; s < SLOTS; ++s) y[s] = fma(-f, vi[s], y[s]);
+                }
                 phase_sync(bars);
 #pragma unroll
                 for (int s = 0; s < SLOTS; ++s) {
