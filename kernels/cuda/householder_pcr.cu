@@ -18,8 +18,10 @@
 // so any n works without zero padding.
 
 // HH_TRIDIAG_OUT 1 (set by the host for the module `HouseholderTridiag`): the entry is
-// householder_tridiag(A, B, TRI, batch), which stops after the tridiagonalization and
-// writes each system's record (d, e, tau, Q^T b, the reflectors; common.cu's TRI_STRIDE)
+// householder_tridiag(A, B, TRI, batch), which reduces P A P (P the reversal
+// permutation, so that its steps are those of the CPU's last-row-first
+// householder_tridiagonalize on A), stops after the tridiagonalization and writes each
+// system's record (d, e, tau, Q^T b, the reflectors of P A P; common.cu's TRI_STRIDE)
 // for divide and conquer's second kernel (stedc.cu) instead of running PCR.
 #ifndef HH_TRIDIAG_OUT
 #define HH_TRIDIAG_OUT 0
@@ -487,7 +489,13 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
 #pragma unroll
     for (int s = 0; s < R; ++s) {
         int i = g.t + s * NSTAR;
+#if HH_TRIDIAG_OUT
+        // Divide and conquer's first kernel reduces P A P (P the reversal permutation):
+        // its first-column-first steps are the CPU's last-row-first ones on A.
+        b[s] = (g.t < NSTAR && i < N && active) ? sB[N - 1 - i] : (real)0;
+#else
         b[s] = (g.t < NSTAR && i < N && active) ? sB[i] : (real)0;
+#endif
         bad |= !finite(b[s]);
     }
 
@@ -502,7 +510,13 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
         for (int k = 0; k < N; ++k) {
             real v = 0;
             if (own) {
+#if HH_TRIDIAG_OUT
+                // (P A P)(i, k) = A(N-1-i, N-1-k), from the packed lower triangle of A.
+                const int ir = N - 1 - i, oir = ir * N - (ir * (ir - 1)) / 2;
+                v = (k >= i) ? sA[packed_col(N - 1 - k) + ir - (N - 1 - k)] : sA[oir + (N - 1 - k) - ir];
+#else
                 v = (k <= i) ? sA[packed_col(k) + i - k] : sA[oi + k - i];
+#endif
                 v = active ? v : (real)(k == i ? 1 : 0);
             }
             if (k <= i) bad |= !finite(v);
@@ -642,7 +656,7 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
 
 #if HH_TRIDIAG_OUT
     // Divide and conquer's first stage: the record of the system (layout at TRI_STRIDE)
-    // instead of PCR. v_k (k = 0..N-2) is column k of the register rows (or the packed
+    // instead of PCR, in the reversed order of P A P (the reader reverses it back). v_k (k = 0..N-2) is column k of the register rows (or the packed
     // column k of the shared A, HH_VSH) on the rows r >= k + 1, v_k(k + 1) = 1.
     bad = group_any(bad, g, iscratch);
     if (active) {

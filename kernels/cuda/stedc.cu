@@ -12,10 +12,10 @@
 //   kernels/src/stedc/truncated_solve.rs        truncated_eigen_solve
 //   kernels/src/batch/escalate.rs               levels 1-2 of solve_one for divide and conquer
 // but organised for the warp, so results agree with the CPU to rounding, not bit for bit.
-// The one difference of method is the tridiagonalization: the CPU reduces the last row
-// first (kernels/src/householder/tridiagonalize.rs), the first kernel the first column
-// first (LAPACK dsytd2, uplo = 'L'); the two T have the same eigenvalues up to rounding,
-// so the truncated solutions agree to rounding over the kept condition number.
+// The tridiagonalization too follows the CPU's order (the last row first,
+// kernels/src/householder/tridiagonalize.rs): the first kernel runs its first-column-first
+// steps (LAPACK dsytd2, uplo = 'L') on the reversed P A P, which are the same reflectors,
+// and this kernel reverses T, Q^T b and x back.
 //  * Divide and conquer: every unreduced block and every node of one depth of the
 //    division trees is merged at once, lane i working for row / pole / root i of the
 //    node that contains row i. Merge positions, deflation lists and ranks come from
@@ -2001,17 +2001,15 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, co
         const long long sys = idx ? (long long)idx[k0 + k] : k0 + k;
         const real* a = A + sys * (N * N);
         const real* rec = TRI + k * TRI_STRIDE;
-        // T, Q^T b and b; the input's finiteness was checked by the first kernel.
-        bool bad = false;
+        // T = P T' P and Q^T b = P Q'^T P b from the record of P A P = Q' T' Q'^T (P the
+        // reversal); b. The input's finiteness was checked by the first kernel.
+        const bool bad = warp_any(lane == 0 && rec[2 * N - 1] != (real)0);
         for (int i = lane; i < N; i += 32) {
-            d[i] = rec[i];
-            const real ei = rec[N + i];
-            if (i == N - 1) bad = ei != (real)0;
-            e[i] = i < N - 1 ? ei : (real)0;
-            v[i] = rec[3 * N + i];
+            d[i] = rec[N - 1 - i];
+            e[i] = i < N - 1 ? rec[N + N - 2 - i] : (real)0;
+            v[i] = rec[3 * N + N - 1 - i];
             bb[i] = B[sys * N + i];
         }
-        bad = warp_any(bad);
         __syncwarp();
         unsigned status = STATUS_OK;
         int discarded = 0;
@@ -2027,8 +2025,9 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, co
             } else {
                 if (DC_TOP_NO_Z && ktop >= 0) discarded = truncated_solve_top(d, ws, v, thr, ktop, lane);
                 else discarded = truncated_eigen_solve(d, ws.z, v, tmp, thr, lane);
-                // x = Q v = H_0 (H_1 (... H_{N-2} v)), the reflectors staged in the shared
-                // array of W (free once the truncated solve is done).
+                // x = P Q' P v, Q' = H_0 (H_1 (... H_{N-2})), the reflectors staged in the
+                // shared array of W (free once the truncated solve is done); lane r works
+                // on row r of the reversed vectors.
                 __syncwarp();
                 for (int j = lane; j < (N - 1) * N; j += 32) {
 #if REAL_F64
@@ -2042,7 +2041,7 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, co
 #pragma unroll
                 for (int s = 0; s < SLOTS; ++s) {
                     const int i = lane + 32 * s;
-                    y[s] = i < N ? v[i] : (real)0;
+                    y[s] = i < N ? v[N - 1 - i] : (real)0;
                 }
                 async_copy_wait<0>();
                 __syncwarp();
@@ -2066,7 +2065,7 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, co
 #pragma unroll
                 for (int s = 0; s < SLOTS; ++s) {
                     const int i = lane + 32 * s;
-                    if (i < N) xb[i] = y[s];
+                    if (i < N) xb[N - 1 - i] = y[s];
                 }
                 __syncwarp();
                 Check ch = residual_check_warp(a, bb, xb, tmp, lane);
