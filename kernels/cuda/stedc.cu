@@ -1,21 +1,25 @@
-// Batched solve of small symmetric systems by divide and conquer with truncation
-// (Abbas-Turki & Graillat 2016, Section 5 and Algorithm 3; Cuppen 1981; Gu & Eisenstat
-// 1995; LAPACK dstedc/dlaed0-dlaed4): the second of its two kernels, one warp per
-// system, the work arrays in shared memory. The first kernel, householder_tridiag
-// (householder_pcr.cu with HH_TRIDIAG_OUT), reduces A = Q T Q^T and writes T, Q^T b and
-// the reflectors to a record per system (TRI_STRIDE of common.cu); divide_conquer below
-// runs stedc on T, the truncated solve, x = Q v and the residual.
+// Batched solve of small symmetric systems by Householder tridiagonalization and
+// divide and conquer with truncation (Abbas-Turki & Graillat 2016, Section 5 and
+// Algorithm 3; Cuppen 1981; Gu & Eisenstat 1995; LAPACK dstedc/dlaed0-dlaed4), one
+// warp per system, the work arrays in shared memory. Two forms (DC_SPLIT, at the entry
+// below): in f64 the tridiagonalization is a kernel of its own (householder_tridiag of
+// householder_pcr.cu, n* threads per system, on P A P with P the reversal, so that its
+// reflectors are the CPU's last-row-first ones), which writes T, Q^T b and the
+// reflectors to a record per system (TRI_STRIDE of common.cu) for divide_conquer here;
+// in f32 divide_conquer runs the warp's own Householder step first (the reflectors in
+// local memory while stedc runs).
 //
 // The method is the one of the CPU reference (same decisions, same formulas):
+//   kernels/src/householder/tridiagonalize.rs   householder_tridiagonalize (last row first)
 //   kernels/src/stedc/divide_conquer.rs         stedc, solve_unreduced, solve_2x2, merge
 //   kernels/src/stedc/secular.rs                secular_equation_root (one lane per root)
 //   kernels/src/stedc/truncated_solve.rs        truncated_eigen_solve
 //   kernels/src/batch/escalate.rs               levels 1-2 of solve_one for divide and conquer
-// but organised for the warp, so results agree with the CPU to rounding, not bit for bit.
-// The tridiagonalization too follows the CPU's order (the last row first,
-// kernels/src/householder/tridiagonalize.rs): the first kernel runs its first-column-first
-// steps (LAPACK dsytd2, uplo = 'L') on the reversed P A P, which are the same reflectors,
-// and this kernel reverses T, Q^T b and x back.
+// but organised for the warp, so results agree with the CPU to rounding, not bit for bit:
+//  * Householder (one-kernel form): lane r owns row r of the full symmetric matrix;
+//    sums by shuffles. Q is never formed: the reflectors stay in A (u_i in row i, w_i = u_i / beta_i in column i)
+//    and are applied to b; each lane then keeps its entries of them in local memory, the
+//    array of A becomes W, and the reflectors come back from local memory for the solution.
 //  * Divide and conquer: every unreduced block and every node of one depth of the
 //    division trees is merged at once, lane i working for row / pole / root i of the
 //    node that contains row i. Merge positions, deflation lists and ranks come from
@@ -43,16 +47,24 @@
 #endif
 
 // Code-shape switches (no arithmetic operation or its order depends on them): `#pragma
-// unroll 4` on the pole loop of the secular evaluation (DC_UNROLL_SEC), on the
+// unroll 4` on the Householder p = A w and rank-2 update loops (DC_UNROLL_HH), on x = Q v
+// (DC_UNROLL_QV), on the pole loop of the secular evaluation (DC_UNROLL_SEC), on the
 // Gu-Eisenstat product and W columns (DC_UNROLL_GW); sec_evaluate out of line
 // (DC_NOINLINE_EVAL). Chosen per precision by timing (benches/RESULTS.md, rounds 3-4);
 // a source loaded through CVA_CUDA_SOURCE_DIR may define them first.
-#ifndef DC_UNROLL_SEC
+#ifndef DC_UNROLL_HH
 #if REAL_F64
+// f64 16 < n <= 32 (DC_SMALL_CODE, defined below): unrolled by 4 (round 8: 8,479 -> 8,319
+// SASS instructions at n = 30 with DC_DIV_GUARD, and +4% on the diagonally dominant and
+// paper families, H100).
+#define DC_UNROLL_HH (N > 16 && N <= 32)
+#define DC_UNROLL_QV 0
 #define DC_UNROLL_SEC 0
 #define DC_UNROLL_GW 0
 #define DC_NOINLINE_EVAL 0
 #else
+#define DC_UNROLL_HH 1
+#define DC_UNROLL_QV 1
 #define DC_UNROLL_SEC 1
 #define DC_UNROLL_GW 1
 #define DC_NOINLINE_EVAL 1
@@ -112,9 +124,8 @@
 #define DC_ONE_BISECT DC_SMALL_CODE
 #endif
 // DC_DIV_GUARD (round 8): no division with a zero numerator where the quotient is then
-// known (the model's outer-pole quotients d / d2 when no pole lies on that side, unused
-// then; before the Householder step moved to its own kernel, also its w = u / beta on
-// the lanes past the reflector): the
+// known (the Householder w = u / beta of the lanes past the reflector, u = 0; the model's
+// outer-pole quotients d / d2 when no pole lies on that side, unused then): the
 // compiler's division takes its out-of-line slow path for a zero or subnormal quotient,
 // which ran 47 times per system at f64 n = 30 (ncu). Same results bit for bit.
 // DC_BLOCK_N: n <= 48, both precisions: the division guard and the block layout
@@ -171,6 +182,16 @@
 #endif
 #define DC_PRAGMA(x) _Pragma(#x)
 #define DC_UNROLL_BY(k) DC_PRAGMA(unroll k)
+#if DC_UNROLL_HH
+#define UNROLL_HH _Pragma("unroll 4")
+#else
+#define UNROLL_HH
+#endif
+#if DC_UNROLL_QV
+#define UNROLL_QV _Pragma("unroll 4")
+#else
+#define UNROLL_QV
+#endif
 #if DC_UNROLL_SEC
 #define UNROLL_SEC _Pragma("unroll 4")
 #else
@@ -187,6 +208,49 @@
 #define EVAL_INLINE
 #endif
 
+// DC_ROLL_STEPS: `#pragma unroll 1` on the Householder step loop, apply_q and (without
+// DC_UNROLL_QV) apply_q_saved; otherwise the compiler may unroll them completely
+// (apply_q_saved: 28 copies at n = 30). Default as DC_ROLL_COLD.
+#ifndef DC_ROLL_STEPS
+#define DC_ROLL_STEPS (!DC_ROUND4_SHAPE)
+#endif
+// (DC_ROLL_HH, DC_ROLL_QT, DC_ROLL_QS: the three loops separately.)
+#ifndef DC_ROLL_HH
+#define DC_ROLL_HH DC_ROLL_STEPS
+#endif
+#ifndef DC_ROLL_QT
+#define DC_ROLL_QT DC_ROLL_STEPS
+#endif
+#ifndef DC_ROLL_QS
+#define DC_ROLL_QS DC_ROLL_STEPS
+#endif
+// DC_QS_PREFETCH = QB > 0: apply_q_saved rolled over blocks of QB steps, the next
+// block's reflector entries loaded ahead (development switch).
+#ifndef DC_QS_PREFETCH
+#define DC_QS_PREFETCH 0
+#endif
+// DC_HH_STEP_BY (development switch, default 0 = as DC_ROLL_HH says): the Householder
+// step loop unrolled by this factor (fewer backward jumps; built in round 9, not timed).
+#ifndef DC_HH_STEP_BY
+#define DC_HH_STEP_BY 0
+#endif
+#if DC_HH_STEP_BY > 0
+#define ROLL_HH DC_UNROLL_BY(DC_HH_STEP_BY)
+#elif DC_ROLL_HH
+#define ROLL_HH _Pragma("unroll 1")
+#else
+#define ROLL_HH
+#endif
+#if DC_ROLL_QT
+#define ROLL_QT _Pragma("unroll 1")
+#else
+#define ROLL_QT
+#endif
+#if DC_ROLL_QS
+#define ROLL_QS _Pragma("unroll 1")
+#else
+#define ROLL_QS
+#endif
 #ifndef DC_ROW_CHUNK
 #define DC_ROW_CHUNK 4
 #endif
@@ -337,6 +401,16 @@ ROLL_WARP
     return v;
 #endif
 }
+// Sums over the warp of a and of b (the tensor cores' two-value segment sum where
+// warp_sum runs on them; two butterflies otherwise).
+__device__ __forceinline__ void warp_sum2(real& a, real& b) {
+#if DC_TC_SUM && REAL_F64 && TC_SUMS
+    tc_segment_sum2<32>(a, b);
+#else
+    a = warp_sum(a);
+    b = warp_sum(b);
+#endif
+}
 __device__ __forceinline__ int warp_max_int(int v) {
 ROLL_WARP
     for (int off = 16; off >= 1; off >>= 1) v = max(v, __shfl_xor_sync(FULL_MASK, v, off));
@@ -459,6 +533,345 @@ __device__ Check residual_check_warp(const real* a, const real* b, const real* x
     return ch;
 }
 
+
+// ---------------------------------------------------------------------------------
+// Householder tridiagonalization A = Q T Q^T (householder_tridiagonalize), in place in
+// the full symmetric N x N array a (leading dimension LD), lane r owning row r. Step i
+// (i = N-1 down to 2) reduces row i with H_i = I - u_i u_i^T / beta_i (u_i supported on
+// rows < i); on exit row i holds u_i and column i holds w_i = u_i / beta_i (both zero
+// where H_i = I), so Q = H_{N-1} ... H_2. d, e: diagonal and off-diagonal of T;
+// qv: N scratch.
+// ---------------------------------------------------------------------------------
+// DC_HH_UNSCALED 1: each step first sums the squares of x = A(i, 0:l-1) unscaled (one
+// warp sum, no column maximum, no divisions by it); where that sum s and
+// q = s + A(i, l)^2 lie in [DC_HH_LO, DC_HH_HI] with s > q DC_HH_REL (so that the
+// scaled path would not skip the step either), the reflector is formed from the
+// unscaled values (scale 1: the same reflector H_i up to rounding, u and w scaled by
+// sc^-1 and sc against the scaled form, their products unchanged); elsewhere the scaled
+// path as before (column maximum sc, x / sc). 0: always scaled (LAPACK dlarfg's safe
+// form, as the CPU reference). Results differ from the scaled form in the last bits.
+// Default: f64, where the step's chain loses a warp maximum (5 shuffle rounds) and a
+// division (H100, batch 2^20, M systems/s, scaled -> unscaled: n = 30 paper 7.38 ->
+// 7.67-7.73, basket29 7.32 -> 7.62-7.68, diagonally dominant 7.71 -> 8.04; n = 16 paper
+// 15.25 -> 15.73, n = 48 paper 1.131 -> 1.157); f32 gained 0.2-1.7% and stays scaled
+// (benches/RESULTS.md, twelfth session).
+#ifndef DC_HH_UNSCALED
+#define DC_HH_UNSCALED REAL_F64
+#endif
+// DC_HH_QTB 1: y <- Q^T y (y = b, lane k holding y_k in slot k / 32) is applied inside
+// the tridiagonalization, H_i as soon as step i has formed it (u_i^T y summed together
+// with w^T p in one two-value warp sum), instead of by apply_q's separate pass of N - 2
+// dependent sums afterwards. The same products in the same order; the sums' bits may
+// differ (a two-value sum on the tensor cores; on the H100 they did not: the same result
+// hash). 0: the separate pass. Default: f64, with DC_HH_RCP (below).
+#ifndef DC_HH_QTB
+#define DC_HH_QTB REAL_F64
+#endif
+// DC_HH_RCP 1: w = u (1 / beta) with the reciprocal from rcp_rn_fast_f64 / _f32 (rcp.cu:
+// the compiler's correctly rounded 1 / beta without the slow-path branch; beta lies in
+// [1, 2 (n + 1)] on the scaled path and in [q, 2 q] with q in [DC_HH_LO, DC_HH_HI] on the
+// unscaled one, inside those functions' ranges) instead of one IEEE division u / beta per
+// lane (two roundings instead of one). 0: the divisions.
+// Measured together (H100, batch 2^20, n = 30, seconds of the bench, both switches 0 ->
+// DC_HH_QTB alone -> both): f64 paper 0.1366 -> 0.1364 -> 0.1347 (+1.4%), basket29
+// 0.1377 -> 0.1372 -> 0.1355 (+1.6%), diagonally dominant 0.1304 -> 0.1298 -> 0.1282
+// (+1.7%); f32 paper 0.0976 -> 0.0990 -> 0.0968 (+0.8%), basket29 0.0888 -> 0.0900 ->
+// 0.0883 (+0.6%) (benches/RESULTS.md, twelfth session, call 3). Default: f64. In f32
+// the two roundings moved the GPU's answer on ill-conditioned systems away from the CPU
+// reference's divisions enough to fail tests/gpu_engine.rs's f32 bound (american_put f32,
+// where nearly every system reaches the truncated divide and conquer: CVA 0.35 standard
+// errors from the CPU's against 0.06 with the divisions; call 4), for a gain of < 1%.
+#ifndef DC_HH_RCP
+#define DC_HH_RCP REAL_F64
+#endif
+#if REAL_F64
+#define DC_HH_LO 0x1p-600
+#define DC_HH_HI 0x1p600
+#define DC_HH_REL 0x1p-900
+#else
+#define DC_HH_LO 0x1p-50f
+#define DC_HH_HI 0x1p50f
+#define DC_HH_REL 0x1p-100f
+#endif
+#if DC_HH_QTB
+__device__ void householder_tridiagonalize(real* a, real* d, real* e, real* qv, real (&y)[SLOTS], int lane) {
+#else
+__device__ void householder_tridiagonalize(real* a, real* d, real* e, real* qv, int lane) {
+#endif
+    ROLL_HH
+    for (int i = N - 1; i >= 2; --i) {
+        const int l = i - 1;
+        real x[SLOTS], t[SLOTS];
+        real sc = 0;
+#if DC_HH_UNSCALED
+        // The sum of squares without the scale: where it lies safely inside the range
+        // (and far enough above the scaled path's skip threshold), sc = 1.
+        const real xl0 = a[i + l * LD];
+        real su = 0;
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const int k = lane + 32 * s;
+            x[s] = k < i ? a[i + k * LD] : (real)0;
+            t[s] = k < l ? x[s] : (real)0;
+            su += t[s] * t[s];
+        }
+        su = warp_sum(su);
+        const real qu = su + xl0 * xl0;
+        real sigma = su;
+        const bool unscaled = su > DC_HH_LO && qu < DC_HH_HI && su > qu * DC_HH_REL;
+        if (unscaled) {
+            sc = 1;
+        } else {
+#pragma unroll
+            for (int s = 0; s < SLOTS; ++s) sc = fmax(sc, fabs(x[s]));
+            sc = warp_max(sc);
+            sigma = 0;
+        }
+        if (!unscaled && sc != (real)0) {
+#else
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const int k = lane + 32 * s;
+            x[s] = k < i ? a[i + k * LD] : (real)0;
+            sc = fmax(sc, fabs(x[s]));
+        }
+        sc = warp_max(sc);
+        real sigma = 0;
+        if (sc != (real)0) {
+#endif
+#pragma unroll
+            for (int s = 0; s < SLOTS; ++s) {
+                const int k = lane + 32 * s;
+                t[s] = k < l ? x[s] / sc : (real)0;
+                sigma += t[s] * t[s];
+            }
+            sigma = warp_sum(sigma);
+        }
+        const real xl = a[i + l * LD];
+        __syncwarp();
+        if (sc == (real)0 || sigma < REAL_MIN_POSITIVE) {
+            if (lane == 0) e[l] = xl;
+#pragma unroll
+            for (int s = 0; s < SLOTS; ++s) {
+                const int k = lane + 32 * s;
+                if (k < i) {
+                    a[i + k * LD] = 0;
+                    a[k + i * LD] = 0;
+                }
+            }
+            __syncwarp();
+            continue;
+        }
+#if DC_HH_UNSCALED
+        const real f = unscaled ? xl : xl / sc;
+#else
+        const real f = xl / sc;
+#endif
+        const real g = sqrt(sigma + f * f);
+        const real alpha = -copysign(g, f);
+        const real beta = g * (g + fabs(f));
+#if DC_HH_RCP
+#if REAL_F64
+        const real rbeta = rcp_rn_fast_f64(beta);
+#else
+        const real rbeta = rcp_rn_fast_f32(beta);
+#endif
+#endif
+        real u[SLOTS], w[SLOTS];
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const int k = lane + 32 * s;
+            u[s] = k < l ? t[s] : (k == l ? f - alpha : (real)0);
+#if DC_HH_RCP
+            w[s] = u[s] * rbeta;
+#elif DC_DIV_GUARD
+            w[s] = k <= l ? u[s] / beta : (real)0;
+#else
+            w[s] = u[s] / beta;
+#endif
+            if (k < i) {
+                a[i + k * LD] = u[s];
+                a[k + i * LD] = w[s];
+            }
+        }
+        if (lane == 0) e[l] = alpha * sc;
+        __syncwarp();
+        // p = A_i w (row r by lane r), K = w^T p / 2, q = p - K u.
+        real p[SLOTS];
+        real kk = 0;
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const int r = lane + 32 * s;
+            p[s] = 0;
+            if (r < i) {
+                UNROLL_HH
+                for (int c = 0; c < i; ++c) p[s] += a[r + c * LD] * a[c + i * LD];
+            }
+            kk += w[s] * p[s];
+        }
+#if DC_HH_QTB
+        // u_i^T y (u_k = 0 for k >= i), as apply_q's dot.
+        real dy = 0;
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) dy += u[s] * y[s];
+        warp_sum2(kk, dy);
+        kk *= (real)0.5;
+        // y <- H_i y = y - w (u^T y) (w_k = 0 for k >= i).
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) y[s] -= w[s] * dy;
+#else
+        kk = warp_sum(kk) * (real)0.5;
+#endif
+        real q[SLOTS];
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const int r = lane + 32 * s;
+            q[s] = p[s] - kk * u[s];
+            if (r < i) qv[r] = q[s];
+        }
+        __syncwarp();
+        // A_i -= q u^T + u q^T (both triangles, row r by lane r).
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const int r = lane + 32 * s;
+            if (r < i) {
+                UNROLL_HH
+                for (int c = 0; c < i; ++c) a[r + c * LD] -= q[s] * a[i + c * LD] + u[s] * qv[c];
+            }
+        }
+        __syncwarp();
+    }
+    if (N >= 2 && lane == 0) e[0] = a[1];
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        const int k = lane + 32 * s;
+        if (k < N) d[k] = a[k + k * LD];
+    }
+    __syncwarp();
+}
+
+// y <- Q^T y (transpose = true) or Q y with the reflectors left in a; y: lane k holds
+// y_k in slot k / 32.
+__device__ void apply_q(const real* a, real (&y)[SLOTS], bool transpose, int lane) {
+    ROLL_QT
+    for (int step = 0; step < N - 2; ++step) {
+        const int i = transpose ? N - 1 - step : 2 + step;
+        real dot = 0;
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const int k = lane + 32 * s;
+            if (k < i) dot += a[i + k * LD] * y[s];
+        }
+        dot = warp_sum(dot);
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const int k = lane + 32 * s;
+            if (k < i) y[s] -= a[k + i * LD] * dot;
+        }
+    }
+}
+
+// The reflectors per lane (lane k: entries k + 32 s of u_i and w_i, i = 2..N-1), kept in
+// local memory (dynamically indexed, so never in registers) while stedc reuses the
+// shared array that held them.
+struct Reflectors {
+    real u[SLOTS][N];
+    real w[SLOTS][N];
+};
+
+__device__ void save_reflectors(const real* a, Reflectors& h, int lane) {
+#pragma unroll 1
+    for (int i = 2; i < N; ++i) {
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const int k = lane + 32 * s;
+            h.u[s][i] = k < i ? a[i + k * LD] : (real)0;
+            h.w[s][i] = k < i ? a[k + i * LD] : (real)0;
+        }
+    }
+}
+
+// apply_q with the reflectors from `h` (same operations in the same order).
+__device__ void apply_q_saved(const Reflectors& h, real (&y)[SLOTS], bool transpose, int lane) {
+#if DC_QS_PREFETCH > 0
+    // Rolled over blocks of QB steps; the next block's reflector entries are loaded
+    // (from local memory) while this block runs. Same operations in the same order.
+    constexpr int QB = DC_QS_PREFETCH;
+    constexpr int STEPS = N - 2;
+    real ub[QB][SLOTS], wb[QB][SLOTS];
+#pragma unroll
+    for (int t = 0; t < QB; ++t) {
+        const int st = t < STEPS ? t : STEPS - 1;
+        const int i = transpose ? N - 1 - st : 2 + st;
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            ub[t][s] = h.u[s][i];
+            wb[t][s] = h.w[s][i];
+        }
+    }
+#pragma unroll 1
+    for (int b0 = 0; b0 < STEPS; b0 += QB) {
+        real un[QB][SLOTS], wn[QB][SLOTS];
+#pragma unroll
+        for (int t = 0; t < QB; ++t) {
+            const int st = b0 + QB + t < STEPS ? b0 + QB + t : STEPS - 1;
+            const int i = transpose ? N - 1 - st : 2 + st;
+#pragma unroll
+            for (int s = 0; s < SLOTS; ++s) {
+                un[t][s] = h.u[s][i];
+                wn[t][s] = h.w[s][i];
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < QB; ++t) {
+            const int step = b0 + t;
+            if (step < STEPS) {
+                const int i = transpose ? N - 1 - step : 2 + step;
+                real dot = 0;
+#pragma unroll
+                for (int s = 0; s < SLOTS; ++s) {
+                    const int k = lane + 32 * s;
+                    if (k < i) dot += ub[t][s] * y[s];
+                }
+                dot = warp_sum(dot);
+#pragma unroll
+                for (int s = 0; s < SLOTS; ++s) {
+                    const int k = lane + 32 * s;
+                    if (k < i) y[s] -= wb[t][s] * dot;
+                }
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < QB; ++t)
+#pragma unroll
+            for (int s = 0; s < SLOTS; ++s) {
+                ub[t][s] = un[t][s];
+                wb[t][s] = wn[t][s];
+            }
+    }
+    return;
+#endif
+#if DC_UNROLL_QV
+    UNROLL_QV
+#else
+    ROLL_QS
+#endif
+    for (int step = 0; step < N - 2; ++step) {
+        const int i = transpose ? N - 1 - step : 2 + step;
+        real dot = 0;
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const int k = lane + 32 * s;
+            if (k < i) dot += h.u[s][i] * y[s];
+        }
+        dot = warp_sum(dot);
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const int k = lane + 32 * s;
+            if (k < i) y[s] -= h.w[s][i] * dot;
+        }
+    }
+}
 
 // ---------------------------------------------------------------------------------
 // Secular equation (secular.rs), one root per lane; d, z in shared memory. A root is
@@ -1550,8 +1963,8 @@ __device__ bool merge_level(int depth, real* d, const real* e, Ws& ws, const int
 // CVA_DC_WARPS), each warp works on its own
 // system in its own DC_WARP_BYTES of shared memory. DC_PHASE_SYNC (needs
 // DC_BLOCK_WARPS > 1): block-wide barriers at phase boundaries so that the warps of a
-// block run the same phase's code at once (1: after stedc and after x = Q v; 2: also
-// after each merge level). Every warp passes DC_PHASE_BARS
+// block run the same phase's code at once (1: after the Householder step, after stedc,
+// after x = Q v; 2: also after each merge level). Every warp passes DC_PHASE_BARS
 // barriers per system (a warp that finished early, failed or has no system pads).
 #ifndef DC_BLOCK_WARPS
 #define DC_BLOCK_WARPS (DC_BLOCK_N ? 12 : 1)
@@ -1904,9 +2317,10 @@ __device__ int truncated_solve_top(const real* lambda, const Ws& ws, real* v, re
 
 // Shared-memory layout of one system: DC_MATS N x LD matrices (one when DC_W_REGS, two
 // otherwise) and DC_VECS vectors of N reals, then DC_INTS ints; the host computes the
-// size for two matrices (dc_shared_bytes in kernels/src/cuda/solver.rs). The first matrix holds
-// Z during stedc when DC_W_REGS, otherwise W during stedc (Z in the second), then the
-// reflectors for x = Q v; the rotations of the sequential deflation scan
+// size for two matrices (dc_shared_bytes in kernels/src/cuda/solver.rs). The first matrix holds A
+// and the reflectors during the Householder step (the reflectors are then kept per lane
+// in local memory, see Reflectors), then Z during stedc when DC_W_REGS; otherwise W
+// during stedc, Z in the second; the rotations of the sequential deflation scan
 // share vectors with zh, stau, sorg and rnk (written only after the rotations are
 // applied).
 constexpr int DC_VECS = 11;
@@ -1945,9 +2359,10 @@ __device__ real* carve(unsigned char* smem, real** a, Ws& ws) {
 }
 
 // Solves systems idx[k0 + k] (k < count; idx == nullptr: system k0 + k) by divide and
-// conquer + truncated solve on the records TRI[k] written by householder_tridiag for
-// them (levels 1-2 of solve_one for Strategy::DivideConquer). X and rep are written for
-// those systems only; rep.method = 2 | (discarded << 8).
+// conquer + truncated solve (levels 1-2 of solve_one for Strategy::DivideConquer), on
+// the records TRI[k] of householder_tridiag (DC_SPLIT) or after the warp's own
+// Householder step. X and rep are written for those systems only;
+// rep.method = 2 | (discarded << 8).
 // DC_MIN_BLOCKS (development switch): resident blocks per SM asked of the register
 // allocator.
 #if defined(DC_MIN_BLOCKS)
@@ -1963,6 +2378,17 @@ __device__ real* carve(unsigned char* smem, real** a, Ws& ws) {
 // Bytes of shared memory per warp: dc_shared_bytes of kernels/src/cuda/solver.rs.
 constexpr int DC_WARP_BYTES = ((2 * N * (N | 1) + 11 * N) * (int)sizeof(real) + 7 * N * 4 + 15) / 16 * 16;
 #endif
+// DC_SPLIT 1 (default in f64): divide and conquer as two kernels, the records of
+// householder_tridiag (householder_pcr.cu) read here (f64 n = 30 +16-20%, H100,
+// benches/RESULTS.md, fourteenth session). 0 (f32): one kernel, the warp's own
+// Householder step above (the CPU's formulas: in f32, where the engine's cubic basis is
+// ill-conditioned, the CVA of american_put moved by 0.4 standard errors with the two
+// kernels' other rounding of T, against 0.06 with this one). Same arguments either way
+// (TRI unused by the one-kernel form).
+#ifndef DC_SPLIT
+#define DC_SPLIT REAL_F64
+#endif
+#if DC_SPLIT
 extern "C" __global__ void DC_BOUNDS
 ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, const real* __restrict__ TRI,
                       real* __restrict__ X, GpuReport* __restrict__ rep, const unsigned int* __restrict__ idx,
@@ -2095,6 +2521,144 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, co
 #endif
     }
 }
+
+#else
+extern "C" __global__ void DC_BOUNDS
+ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, const real* __restrict__,
+                      real* __restrict__ X, GpuReport* __restrict__ rep, const unsigned int* __restrict__ idx,
+                      long long k0, long long count, double threshold) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    real* qa;
+    Ws ws;
+#if DC_BLOCK_WARPS > 1
+    const int nw = blockDim.x >> 5;
+    real* vec = carve(smem_raw + (threadIdx.x >> 5) * DC_WARP_BYTES, &qa, ws);
+#else
+    real* vec = carve(smem_raw, &qa, ws);
+#endif
+    real* d = vec;
+    real* e = d + N;
+    real* v = e + N;
+    real* bb = v + N;
+    // Scratch outside stedc: vectors of stedc that are free before and after it.
+    real* tmp = ws.zsrt;
+    real* xb = ws.dsrt;
+    const int lane = threadIdx.x & 31;
+    const real thr = (real)threshold;
+    Reflectors refl;
+
+    int bars = 0;
+#if DC_BLOCK_WARPS > 1
+    for (long long kb = (long long)blockIdx.x * nw; kb < count; kb += (long long)gridDim.x * nw) {
+        const long long k = kb + (threadIdx.x >> 5);
+#if DC_PHASE_SYNC
+        bars = 0;
+#endif
+        if (k < count) {
+#else
+    for (long long k = blockIdx.x; k < count; k += gridDim.x) {
+        {
+#endif
+        const long long sys = idx ? (long long)idx[k0 + k] : k0 + k;
+        const real* a = A + sys * (N * N);
+        // Lower triangle (copy_lower) into both triangles, b; finiteness of the input.
+        bool bad = false;
+        for (int e2 = lane; e2 < N * N; e2 += 32) {
+            const int r = e2 % N, c = e2 / N;
+            if (r >= c) {
+                const real vv = a[e2];
+                bad |= !finite(vv);
+                qa[r + c * LD] = vv;
+                qa[c + r * LD] = vv;
+            }
+        }
+        for (int i = lane; i < N; i += 32) {
+            const real vv = B[sys * N + i];
+            bad |= !finite(vv);
+            bb[i] = vv;
+        }
+        bad = warp_any(bad);
+        __syncwarp();
+        unsigned status = STATUS_OK;
+        int discarded = 0;
+        double residual = dnan();
+        if (bad) {
+            status = STATUS_NON_FINITE_INPUT;
+        } else {
+#if !DC_HH_QTB
+            householder_tridiagonalize(qa, d, e, tmp, lane);
+#endif
+            // v = Q^T b.
+            real y[SLOTS];
+#pragma unroll
+            for (int s = 0; s < SLOTS; ++s) {
+                const int i = lane + 32 * s;
+                y[s] = i < N ? bb[i] : (real)0;
+            }
+#if DC_HH_QTB
+            householder_tridiagonalize(qa, d, e, tmp, y, lane);
+#else
+            apply_q(qa, y, true, lane);
+#endif
+            save_reflectors(qa, refl, lane);
+            phase_sync(bars);
+#pragma unroll
+            for (int s = 0; s < SLOTS; ++s) {
+                const int i = lane + 32 * s;
+                if (i < N) v[i] = y[s];
+            }
+            __syncwarp();
+            int ktop;
+            const bool sok = stedc<DC_TOP_NO_Z>(d, e, ws, lane, bars, &ktop);
+            phase_sync(bars);
+            if (!sok) {
+                status = STATUS_FAILED;
+            } else {
+                if (DC_TOP_NO_Z && ktop >= 0) discarded = truncated_solve_top(d, ws, v, thr, ktop, lane);
+                else discarded = truncated_eigen_solve(d, ws.z, v, tmp, thr, lane);
+                // x = Q v.
+#pragma unroll
+                for (int s = 0; s < SLOTS; ++s) {
+                    const int i = lane + 32 * s;
+                    y[s] = i < N ? v[i] : (real)0;
+                }
+                apply_q_saved(refl, y, false, lane);
+                phase_sync(bars);
+#pragma unroll
+                for (int s = 0; s < SLOTS; ++s) {
+                    const int i = lane + 32 * s;
+                    if (i < N) xb[i] = y[s];
+                }
+                __syncwarp();
+                Check ch = residual_check_warp(a, bb, xb, tmp, lane);
+                bool fin = !isnan(ch.residual);
+                for (int i = lane; i < N; i += 32) fin &= finite(xb[i]);
+                fin = !warp_any(!fin);
+                if (fin) residual = ch.residual;
+                else status = STATUS_FAILED;
+            }
+        }
+        const bool ok = status == STATUS_OK;
+        for (int i = lane; i < N; i += 32) X[sys * N + i] = ok ? xb[i] : real_nan();
+        if (lane == 0) {
+            GpuReport rp;
+            rp.residual = ok ? residual : dnan();
+            rp.method = METHOD_DIVIDE_CONQUER | ((unsigned)discarded << 8);
+            rp.status = status;
+            rep[sys] = rp;
+        }
+        __syncwarp();
+        }
+#if DC_BLOCK_WARPS > 1 && DC_PHASE_SYNC
+        // Pad to DC_PHASE_BARS barriers (at least one: the end of the system).
+        do {
+            __syncthreads();
+        } while (++bars < DC_PHASE_BARS);
+#endif
+    }
+}
+
+#endif  // DC_SPLIT
 
 // Eigendecomposition of `count` tridiagonal matrices (stedc alone, for tests): D: count
 // x N diagonals, E: count x N (entries 0..N-2 read), lambda: count x N eigenvalues

@@ -452,8 +452,9 @@ impl GpuBatchSolver {
     }
 
     /// Divide and conquer with the truncated solve on the systems `idx[k]`, `k < count`
-    /// (`None`: systems `0..count`); writes their `x` and reports only. Two kernels per
-    /// chunk of systems: `householder_tridiag` (the tridiagonalization of
+    /// (`None`: systems `0..count`); writes their `x` and reports only. In f32 one kernel
+    /// (`divide_conquer` with its own Householder step, `DC_SPLIT` 0 in `cuda/stedc.cu`);
+    /// in f64 two kernels per chunk of systems: `householder_tridiag` (the tridiagonalization of
     /// `cuda/householder_pcr.cu`, `n*` threads per system) writes each system's `T`,
     /// `Q^T b` and reflectors to a scratch record (`TRI_STRIDE` of `cuda/common.cu`), then
     /// `divide_conquer` (`cuda/stedc.cu`, one warp per system) runs stedc, the truncated
@@ -480,8 +481,32 @@ impl GpuBatchSolver {
             CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
             100,
         )?;
-        let (_, info) = self.dc_geometry(kernel, smem, count)?;
+        let (cfg, info) = self.dc_geometry(kernel, smem, count)?;
         if count == 0 {
+            return Ok(info);
+        }
+        let null: u64 = 0;
+        if !T::IS_F64 {
+            // f32: one kernel (`DC_SPLIT` 0), the warp's own Householder step first.
+            let zero = 0i64;
+            let count_arg = count as i64;
+            let mut launch = self
+                .stream
+                .launch_builder(kernel.function("divide_conquer"));
+            launch
+                .arg(a)
+                .arg(b)
+                .arg(&null)
+                .arg(&mut *x)
+                .arg(&mut *reports);
+            match idx {
+                Some(v) => launch.arg(v),
+                None => launch.arg(&null),
+            };
+            launch.arg(&zero).arg(&count_arg).arg(&threshold);
+            // SAFETY: as the launch below, with TRI a null pointer (unused by this form)
+            // and k0 = 0 over all `count` systems.
+            unsafe { launch.launch(cfg) }?;
             return Ok(info);
         }
         let (tkey, tnstar) = self.tridiag_key::<T>(n)?;
@@ -495,7 +520,6 @@ impl GpuBatchSolver {
             )),
             None => None,
         };
-        let null: u64 = 0;
         let mut last = info;
         let mut k0 = 0;
         while k0 < count {
@@ -1032,7 +1056,7 @@ impl GpuBatchSolver {
             .iter()
             .map(|&n| self.kernel_key::<T>(n, strategy, options).map(|k| k.0))
             .collect::<Result<Vec<_>, _>>()?;
-        if matches!(strategy, Strategy::DivideConquer | Strategy::Escalating) {
+        if T::IS_F64 && matches!(strategy, Strategy::DivideConquer | Strategy::Escalating) {
             for &n in ns {
                 keys.push(self.tridiag_key::<T>(n)?.0);
             }
