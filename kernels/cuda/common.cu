@@ -127,6 +127,15 @@ __device__ __forceinline__ void tc_segment_sum2(double& a, double& b) {
 __host__ __device__ constexpr int packed_col(int c) { return c * N - (c * (c - 1)) / 2; }
 // Row-major packed lower triangle with diagonal: row r starts at packed_row(r).
 __host__ __device__ constexpr int packed_row(int r) { return (r * (r + 1)) / 2; }
+// Record of one system between the two kernels of divide and conquer
+// (householder_pcr.cu's householder_tridiag writes it, stedc.cu's divide_conquer reads
+// it), TRI_STRIDE reals, for P A P = Q T Q^T with P the reversal permutation (so that
+// A = (P Q P)(P T P)(P Q P)^T, P T P the CPU's T): d (N, the diagonal of T), e (N:
+// e[i] = T(i+1, i) for i < N-1; e[N-1] = 1 when the input held a non-finite entry, else
+// 0), tau (N, tau[N-1] = 0), y = Q^T P b (N), V (N x N, reflector k in
+// V[k N .. k N + N - 1], row-indexed: v_k(r) = 0 for r <= k, v_k(k + 1) = 1; reflector
+// N - 1 unused), so that Q = H_0 H_1 ... H_{N-2}, H_k = I - tau_k v_k v_k^T.
+constexpr int TRI_STRIDE = N * N + 4 * N;
 
 #endif  // N
 

@@ -17,6 +17,16 @@
 // those with equal i mod 2s, kept at their index instead of being moved together),
 // so any n works without zero padding.
 
+// HH_TRIDIAG_OUT 1 (set by the host for the module `HouseholderTridiag`): the entry is
+// householder_tridiag(A, B, TRI, batch), which reduces P A P (P the reversal
+// permutation, so that its steps are those of the CPU's last-row-first
+// householder_tridiagonalize on A), stops after the tridiagonalization and writes each
+// system's record (d, e, tau, Q^T b, the reflectors of P A P; common.cu's TRI_STRIDE)
+// for divide and conquer's second kernel (stedc.cu) instead of running PCR.
+#ifndef HH_TRIDIAG_OUT
+#define HH_TRIDIAG_OUT 0
+#endif
+
 // HH_FMA 1: the dot products, the rank-2 update and the reflector applications use
 // fused multiply-adds (one rounding per term instead of two; half the FP64
 // instructions of the update; results differ from the unfused kernel in the last
@@ -416,8 +426,13 @@ extern "C" __global__ void __maxnreg__(HH_MAXREG)
 #else
 extern "C" __global__ void __launch_bounds__(NSTAR > 32 ? 64 : 128)
 #endif
+#if HH_TRIDIAG_OUT
+ENTRY(householder_tridiag)(const real* __restrict__ A, const real* __restrict__ B, real* __restrict__ TRI,
+                           long long batch) {
+#else
 ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, real* __restrict__ X,
                        GpuReport* __restrict__ rep, long long batch) {
+#endif
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __shared__ real red_scratch[8];
     __shared__ int iscratch[1];
@@ -474,7 +489,13 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
 #pragma unroll
     for (int s = 0; s < R; ++s) {
         int i = g.t + s * NSTAR;
+#if HH_TRIDIAG_OUT
+        // Divide and conquer's first kernel reduces P A P (P the reversal permutation):
+        // its first-column-first steps are the CPU's last-row-first ones on A.
+        b[s] = (g.t < NSTAR && i < N && active) ? sB[N - 1 - i] : (real)0;
+#else
         b[s] = (g.t < NSTAR && i < N && active) ? sB[i] : (real)0;
+#endif
         bad |= !finite(b[s]);
     }
 
@@ -489,7 +510,13 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
         for (int k = 0; k < N; ++k) {
             real v = 0;
             if (own) {
+#if HH_TRIDIAG_OUT
+                // (P A P)(i, k) = A(N-1-i, N-1-k), from the packed lower triangle of A.
+                const int ir = N - 1 - i, oir = ir * N - (ir * (ir - 1)) / 2;
+                v = (k >= i) ? sA[packed_col(N - 1 - k) + ir - (N - 1 - k)] : sA[oir + (N - 1 - k) - ir];
+#else
                 v = (k <= i) ? sA[packed_col(k) + i - k] : sA[oi + k - i];
+#endif
                 v = active ? v : (real)(k == i ? 1 : 0);
             }
             if (k <= i) bad |= !finite(v);
@@ -627,6 +654,34 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
     if (g.t == (N - 1) % NSTAR) sd[N - 1] = a[(N - 1) / NSTAR][N - 1];
     group_sync();
 
+#if HH_TRIDIAG_OUT
+    // Divide and conquer's first stage: the record of the system (layout at TRI_STRIDE)
+    // instead of PCR, in the reversed order of P A P (the reader reverses it back). v_k (k = 0..N-2) is column k of the register rows (or the packed
+    // column k of the shared A, HH_VSH) on the rows r >= k + 1, v_k(k + 1) = 1.
+    bad = group_any(bad, g, iscratch);
+    if (active) {
+        real* rec = TRI + sys * TRI_STRIDE;
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            const int r = g.t + s * NSTAR;
+            if (g.t < NSTAR && r < N) {
+                rec[r] = sd[r];
+                rec[N + r] = r < N - 1 ? se[r] : (bad ? (real)1 : (real)0);
+                rec[2 * N + r] = r < N - 1 ? stau[r] : (real)0;
+                rec[3 * N + r] = b[s];
+#pragma unroll
+                for (int k = 0; k + 1 < N; ++k) {
+#if HH_ROLL > 0 && HH_VSH
+                    const real vk = r >= k + 1 ? sA[packed_col(k) + r - k] : (real)0;
+#else
+                    const real vk = r >= k + 1 ? a[s][k] : (real)0;
+#endif
+                    rec[4 * N + k * N + r] = vk;
+                }
+            }
+        }
+    }
+#else
     // PCR on (d, e) with right-hand side Q^T b.
     real dd[R], cc[R], vv[R];
 #pragma unroll
@@ -766,6 +821,7 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
         store_group_solution(X, sys, g.t, x, no_solution);
         if (g.t == 0) store_report(rep, sys, no_solution, res, METHOD_HOUSEHOLDER_PCR, status);
     }
+#endif  // HH_TRIDIAG_OUT
 #if HH_SINGLE
     // One tile per block: the host launches a block for every tile (a loop here would
     // let the compiler keep loop-invariant addresses in registers across tiles).

@@ -1,8 +1,13 @@
 // Batched solve of small symmetric systems by Householder tridiagonalization and
 // divide and conquer with truncation (Abbas-Turki & Graillat 2016, Section 5 and
 // Algorithm 3; Cuppen 1981; Gu & Eisenstat 1995; LAPACK dstedc/dlaed0-dlaed4), one
-// warp per system, the work arrays in shared memory (the reflectors in local memory
-// while stedc runs).
+// warp per system, the work arrays in shared memory. Two forms (DC_SPLIT, at the entry
+// below): in f64 the tridiagonalization is a kernel of its own (householder_tridiag of
+// householder_pcr.cu, n* threads per system, on P A P with P the reversal, so that its
+// reflectors are the CPU's last-row-first ones), which writes T, Q^T b and the
+// reflectors to a record per system (TRI_STRIDE of common.cu) for divide_conquer here;
+// in f32 divide_conquer runs the warp's own Householder step first (the reflectors in
+// local memory while stedc runs).
 //
 // The method is the one of the CPU reference (same decisions, same formulas):
 //   kernels/src/householder/tridiagonalize.rs   householder_tridiagonalize (last row first)
@@ -11,8 +16,8 @@
 //   kernels/src/stedc/truncated_solve.rs        truncated_eigen_solve
 //   kernels/src/batch/escalate.rs               levels 1-2 of solve_one for divide and conquer
 // but organised for the warp, so results agree with the CPU to rounding, not bit for bit:
-//  * Householder: lane r owns row r of the full symmetric matrix; sums by shuffles. Q is
-//    never formed: the reflectors stay in A (u_i in row i, w_i = u_i / beta_i in column i)
+//  * Householder (one-kernel form): lane r owns row r of the full symmetric matrix;
+//    sums by shuffles. Q is never formed: the reflectors stay in A (u_i in row i, w_i = u_i / beta_i in column i)
 //    and are applied to b; each lane then keeps its entries of them in local memory, the
 //    array of A becomes W, and the reflectors come back from local memory for the solution.
 //  * Divide and conquer: every unreduced block and every node of one depth of the
@@ -2353,9 +2358,11 @@ __device__ real* carve(unsigned char* smem, real** a, Ws& ws) {
     return v + 7 * N;
 }
 
-// Solves systems idx[k] (k < count; idx == nullptr: system k) by Householder + divide
-// and conquer + truncated solve (levels 1-2 of solve_one for Strategy::DivideConquer).
-// X and rep are written for those systems only; rep.method = 2 | (discarded << 8).
+// Solves systems idx[k0 + k] (k < count; idx == nullptr: system k0 + k) by divide and
+// conquer + truncated solve (levels 1-2 of solve_one for Strategy::DivideConquer), on
+// the records TRI[k] of householder_tridiag (DC_SPLIT) or after the warp's own
+// Householder step. X and rep are written for those systems only;
+// rep.method = 2 | (discarded << 8).
 // DC_MIN_BLOCKS (development switch): resident blocks per SM asked of the register
 // allocator.
 #if defined(DC_MIN_BLOCKS)
@@ -2371,10 +2378,155 @@ __device__ real* carve(unsigned char* smem, real** a, Ws& ws) {
 // Bytes of shared memory per warp: dc_shared_bytes of kernels/src/cuda/solver.rs.
 constexpr int DC_WARP_BYTES = ((2 * N * (N | 1) + 11 * N) * (int)sizeof(real) + 7 * N * 4 + 15) / 16 * 16;
 #endif
+// DC_SPLIT 1 (default in f64): divide and conquer as two kernels, the records of
+// householder_tridiag (householder_pcr.cu) read here (f64 n = 30 +16-20%, H100,
+// benches/RESULTS.md, fourteenth session). 0 (f32): one kernel, the warp's own
+// Householder step above (the CPU's formulas: in f32, where the engine's cubic basis is
+// ill-conditioned, the CVA of american_put moved by 0.4 standard errors with the two
+// kernels' other rounding of T, against 0.06 with this one). Same arguments either way
+// (TRI unused by the one-kernel form).
+#ifndef DC_SPLIT
+#define DC_SPLIT REAL_F64
+#endif
+#if DC_SPLIT
 extern "C" __global__ void DC_BOUNDS
-ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, real* __restrict__ X,
-                      GpuReport* __restrict__ rep, const unsigned int* __restrict__ idx, long long count,
-                      double threshold) {
+ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, const real* __restrict__ TRI,
+                      real* __restrict__ X, GpuReport* __restrict__ rep, const unsigned int* __restrict__ idx,
+                      long long k0, long long count, double threshold) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    real* qa;
+    Ws ws;
+#if DC_BLOCK_WARPS > 1
+    const int nw = blockDim.x >> 5;
+    real* vec = carve(smem_raw + (threadIdx.x >> 5) * DC_WARP_BYTES, &qa, ws);
+#else
+    real* vec = carve(smem_raw, &qa, ws);
+#endif
+    real* d = vec;
+    real* e = d + N;
+    real* v = e + N;
+    real* bb = v + N;
+    // Scratch outside stedc: vectors of stedc that are free before and after it.
+    real* tmp = ws.zsrt;
+    real* xb = ws.dsrt;
+    const int lane = threadIdx.x & 31;
+    const real thr = (real)threshold;
+
+    int bars = 0;
+#if DC_BLOCK_WARPS > 1
+    for (long long kb = (long long)blockIdx.x * nw; kb < count; kb += (long long)gridDim.x * nw) {
+        const long long k = kb + (threadIdx.x >> 5);
+#if DC_PHASE_SYNC
+        bars = 0;
+#endif
+        if (k < count) {
+#else
+    for (long long k = blockIdx.x; k < count; k += gridDim.x) {
+        {
+#endif
+        const long long sys = idx ? (long long)idx[k0 + k] : k0 + k;
+        const real* a = A + sys * (N * N);
+        const real* rec = TRI + k * TRI_STRIDE;
+        // T = P T' P and Q^T b = P Q'^T P b from the record of P A P = Q' T' Q'^T (P the
+        // reversal); b. The input's finiteness was checked by the first kernel.
+        const bool bad = warp_any(lane == 0 && rec[2 * N - 1] != (real)0);
+        for (int i = lane; i < N; i += 32) {
+            d[i] = rec[N - 1 - i];
+            e[i] = i < N - 1 ? rec[N + N - 2 - i] : (real)0;
+            v[i] = rec[3 * N + N - 1 - i];
+            bb[i] = B[sys * N + i];
+        }
+        __syncwarp();
+        unsigned status = STATUS_OK;
+        int discarded = 0;
+        double residual = dnan();
+        if (bad) {
+            status = STATUS_NON_FINITE_INPUT;
+        } else {
+            int ktop;
+            const bool sok = stedc<DC_TOP_NO_Z>(d, e, ws, lane, bars, &ktop);
+            phase_sync(bars);
+            if (!sok) {
+                status = STATUS_FAILED;
+            } else {
+                if (DC_TOP_NO_Z && ktop >= 0) discarded = truncated_solve_top(d, ws, v, thr, ktop, lane);
+                else discarded = truncated_eigen_solve(d, ws.z, v, tmp, thr, lane);
+                // x = P Q' P v, Q' = H_0 (H_1 (... H_{N-2})), the reflectors staged in the
+                // shared array of W (free once the truncated solve is done); lane r works
+                // on row r of the reversed vectors.
+                __syncwarp();
+                for (int j = lane; j < (N - 1) * N; j += 32) {
+#if REAL_F64
+                    async_copy8(qa + j, rec + 4 * N + j);
+#else
+                    async_copy4(qa + j, rec + 4 * N + j);
+#endif
+                }
+                async_copy_commit();
+                real y[SLOTS];
+#pragma unroll
+                for (int s = 0; s < SLOTS; ++s) {
+                    const int i = lane + 32 * s;
+                    y[s] = i < N ? v[N - 1 - i] : (real)0;
+                }
+                async_copy_wait<0>();
+                __syncwarp();
+#pragma unroll 1
+                for (int i = N - 2; i >= 0; --i) {
+                    const real tau = rec[2 * N + i];
+                    real vi[SLOTS];
+                    real dot = 0;
+#pragma unroll
+                    for (int s = 0; s < SLOTS; ++s) {
+                        const int r = lane + 32 * s;
+                        vi[s] = r < N ? qa[i * N + r] : (real)0;
+                        dot = fma(vi[s], y[s], dot);
+                    }
+                    dot = warp_sum(dot);
+                    const real f = tau * dot;
+#pragma unroll
+                    for (int s = 0; s < SLOTS; ++s) y[s] = fma(-f, vi[s], y[s]);
+                }
+                phase_sync(bars);
+#pragma unroll
+                for (int s = 0; s < SLOTS; ++s) {
+                    const int i = lane + 32 * s;
+                    if (i < N) xb[N - 1 - i] = y[s];
+                }
+                __syncwarp();
+                Check ch = residual_check_warp(a, bb, xb, tmp, lane);
+                bool fin = !isnan(ch.residual);
+                for (int i = lane; i < N; i += 32) fin &= finite(xb[i]);
+                fin = !warp_any(!fin);
+                if (fin) residual = ch.residual;
+                else status = STATUS_FAILED;
+            }
+        }
+        const bool ok = status == STATUS_OK;
+        for (int i = lane; i < N; i += 32) X[sys * N + i] = ok ? xb[i] : real_nan();
+        if (lane == 0) {
+            GpuReport rp;
+            rp.residual = ok ? residual : dnan();
+            rp.method = METHOD_DIVIDE_CONQUER | ((unsigned)discarded << 8);
+            rp.status = status;
+            rep[sys] = rp;
+        }
+        __syncwarp();
+        }
+#if DC_BLOCK_WARPS > 1 && DC_PHASE_SYNC
+        // Pad to DC_PHASE_BARS barriers (at least one: the end of the system).
+        do {
+            __syncthreads();
+        } while (++bars < DC_PHASE_BARS);
+#endif
+    }
+}
+
+#else
+extern "C" __global__ void DC_BOUNDS
+ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, const real* __restrict__,
+                      real* __restrict__ X, GpuReport* __restrict__ rep, const unsigned int* __restrict__ idx,
+                      long long k0, long long count, double threshold) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     real* qa;
     Ws ws;
@@ -2397,8 +2549,8 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, re
 
     int bars = 0;
 #if DC_BLOCK_WARPS > 1
-    for (long long k0 = (long long)blockIdx.x * nw; k0 < count; k0 += (long long)gridDim.x * nw) {
-        const long long k = k0 + (threadIdx.x >> 5);
+    for (long long kb = (long long)blockIdx.x * nw; kb < count; kb += (long long)gridDim.x * nw) {
+        const long long k = kb + (threadIdx.x >> 5);
 #if DC_PHASE_SYNC
         bars = 0;
 #endif
@@ -2407,7 +2559,7 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, re
     for (long long k = blockIdx.x; k < count; k += gridDim.x) {
         {
 #endif
-        const long long sys = idx ? (long long)idx[k] : k;
+        const long long sys = idx ? (long long)idx[k0 + k] : k0 + k;
         const real* a = A + sys * (N * N);
         // Lower triangle (copy_lower) into both triangles, b; finiteness of the input.
         bool bad = false;
@@ -2505,6 +2657,8 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, re
 #endif
     }
 }
+
+#endif  // DC_SPLIT
 
 // Eigendecomposition of `count` tridiagonal matrices (stedc alone, for tests): D: count
 // x N diagonals, E: count x N (entries 0..N-2 read), lambda: count x N eigenvalues

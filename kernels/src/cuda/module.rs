@@ -39,7 +39,12 @@ pub enum KernelFamily {
     LdltSimd,
     /// `householder_pcr_{f32,f64}`.
     HouseholderPcr,
-    /// `divide_conquer_{f32,f64}` (Householder + divide and conquer + truncated solve,
+    /// `householder_tridiag_{f32,f64}`: divide and conquer's first kernel, the
+    /// tridiagonalization of `cuda/householder_pcr.cu` (same geometry and `n*`) writing
+    /// `T`, `Q^T b` and the reflectors instead of running PCR.
+    HouseholderTridiag,
+    /// `divide_conquer_{f32,f64}` (divide and conquer's second kernel: stedc, the
+    /// truncated solve and `x = Q v` on the records of [`KernelFamily::HouseholderTridiag`],
     /// one warp per system) and the escalation kernels `ldlt_check`, `gather_systems`,
     /// `pcr_check` (`cuda/rcp.cu` + `cuda/stedc.cu` + `cuda/escalate.cu`).
     DivideConquer,
@@ -74,6 +79,11 @@ impl KernelFamily {
                 source_file("rcp.cu", RCP_CU)
                     + &source_file("householder_pcr.cu", HOUSEHOLDER_PCR_CU)
             }
+            KernelFamily::HouseholderTridiag => {
+                "#define HH_TRIDIAG_OUT 1\n".to_string()
+                    + &source_file("rcp.cu", RCP_CU)
+                    + &source_file("householder_pcr.cu", HOUSEHOLDER_PCR_CU)
+            }
             KernelFamily::Util => source_file("util.cu", UTIL_CU),
             KernelFamily::DivideConquer => {
                 source_file("rcp.cu", RCP_CU)
@@ -87,6 +97,7 @@ impl KernelFamily {
             KernelFamily::LdltGroup => &["ldlt_group"],
             KernelFamily::LdltSimd => &["ldlt_simd"],
             KernelFamily::HouseholderPcr => &["householder_pcr"],
+            KernelFamily::HouseholderTridiag => &["householder_tridiag"],
             KernelFamily::Util => &["fill_spd", "fill_nan", "pointer_array", "relative_residual"],
             KernelFamily::DivideConquer => &[
                 "divide_conquer",
@@ -140,7 +151,9 @@ impl KernelKey {
         }
         if matches!(
             self.family,
-            KernelFamily::LdltGroup | KernelFamily::HouseholderPcr
+            KernelFamily::LdltGroup
+                | KernelFamily::HouseholderPcr
+                | KernelFamily::HouseholderTridiag
         ) {
             s += &format!(
                 "#define NSTAR {}\n#define SYS_STRIDE {}\n",
@@ -398,6 +411,8 @@ mod tests {
             (KernelFamily::LdltGroup, 33, 64),
             (KernelFamily::LdltSimd, 5, 0),
             (KernelFamily::HouseholderPcr, 9, 8),
+            (KernelFamily::HouseholderTridiag, 9, 8),
+            (KernelFamily::HouseholderTridiag, 48, 64),
             (KernelFamily::Util, 0, 0),
             (KernelFamily::DivideConquer, 1, 0),
             (KernelFamily::DivideConquer, 30, 0),
@@ -421,15 +436,20 @@ mod tests {
         for n in [30usize, 31, 32] {
             let spw = crate::cuda::tuning::systems_per_warp(16);
             let elems = crate::cuda::tuning::householder_elems(n, true);
-            let k = KernelKey {
-                family: KernelFamily::HouseholderPcr,
-                f64: true,
-                n: n as u32,
-                nstar: 16,
-                sys_stride: crate::cuda::tuning::padded_stride(elems, 8, spw) as u32,
-            };
-            if let Err(e) = compile_cubin(&k.source(), &k.label(), "sm_90") {
-                panic!("{e}");
+            for family in [
+                KernelFamily::HouseholderPcr,
+                KernelFamily::HouseholderTridiag,
+            ] {
+                let k = KernelKey {
+                    family,
+                    f64: true,
+                    n: n as u32,
+                    nstar: 16,
+                    sys_stride: crate::cuda::tuning::padded_stride(elems, 8, spw) as u32,
+                };
+                if let Err(e) = compile_cubin(&k.source(), &k.label(), "sm_90") {
+                    panic!("{e}");
+                }
             }
         }
     }

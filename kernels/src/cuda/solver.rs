@@ -115,6 +115,18 @@ pub struct EscalationCounts {
     pub first_launch: LaunchInfo,
 }
 
+/// Reals per system of divide and conquer's scratch record (`TRI_STRIDE` of
+/// `cuda/common.cu`: d, e, tau, `Q^T b` and the `n x n` reflectors).
+pub fn tri_stride(n: usize) -> usize {
+    n * n + 4 * n
+}
+
+/// Systems per chunk of divide and conquer: its scratch records ([`tri_stride`] reals
+/// each) take at most 1 GiB.
+fn dc_chunk(n: usize, elem_bytes: usize) -> usize {
+    ((1usize << 30) / (tri_stride(n) * elem_bytes)).clamp(1 << 10, 1 << 20)
+}
+
 /// Dynamic shared memory of `divide_conquer` for size `n` (`DC_REALS` reals and
 /// `DC_INTS` ints of `cuda/stedc.cu`: two `n x ld` matrices, `ld` = `n` rounded up to
 /// odd (the development switch `DC_W_REGS` needs only one), and 11 vectors of reals, 7
@@ -439,9 +451,16 @@ impl GpuBatchSolver {
         Ok((cfg, info))
     }
 
-    /// Householder + divide and conquer + truncated solve (`divide_conquer` of
-    /// `cuda/stedc.cu`) on the systems `idx[k]`, `k < count` (`None`: systems
-    /// `0..count`); writes their `x` and reports only.
+    /// Divide and conquer with the truncated solve on the systems `idx[k]`, `k < count`
+    /// (`None`: systems `0..count`); writes their `x` and reports only. In f32 one kernel
+    /// (`divide_conquer` with its own Householder step, `DC_SPLIT` 0 in `cuda/stedc.cu`);
+    /// in f64 two kernels per chunk of systems: `householder_tridiag` (the tridiagonalization of
+    /// `cuda/householder_pcr.cu`, `n*` threads per system) writes each system's `T`,
+    /// `Q^T b` and reflectors to a scratch record (`TRI_STRIDE` of `cuda/common.cu`), then
+    /// `divide_conquer` (`cuda/stedc.cu`, one warp per system) runs stedc, the truncated
+    /// solve, `x = Q v` and the residual on them. Listed systems are first gathered
+    /// (`gather_systems`) so that the first kernel reads contiguous matrices. Returns the
+    /// second kernel's launch.
     #[allow(clippy::too_many_arguments)]
     fn launch_divide_conquer<T: GpuReal>(
         &self,
@@ -455,7 +474,8 @@ impl GpuBatchSolver {
         count: usize,
         threshold: f64,
     ) -> Result<LaunchInfo, GpuError> {
-        let smem = dc_shared_bytes(n, std::mem::size_of::<T>());
+        let eb = std::mem::size_of::<T>();
+        let smem = dc_shared_bytes(n, eb);
         // Occupancy is limited by shared memory: ask for the largest carveout.
         kernel.function("divide_conquer").set_attribute(
             CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
@@ -465,24 +485,129 @@ impl GpuBatchSolver {
         if count == 0 {
             return Ok(info);
         }
-        let count_arg = count as i64;
         let null: u64 = 0;
-        let f = kernel.function("divide_conquer");
-        let mut launch = self.stream.launch_builder(f);
-        launch.arg(a).arg(b).arg(x).arg(reports);
-        match idx {
-            Some(v) => launch.arg(v),
-            None => launch.arg(&null),
+        if !T::IS_F64 {
+            // f32: one kernel (`DC_SPLIT` 0), the warp's own Householder step first.
+            let zero = 0i64;
+            let count_arg = count as i64;
+            let mut launch = self
+                .stream
+                .launch_builder(kernel.function("divide_conquer"));
+            launch
+                .arg(a)
+                .arg(b)
+                .arg(&null)
+                .arg(&mut *x)
+                .arg(&mut *reports);
+            match idx {
+                Some(v) => launch.arg(v),
+                None => launch.arg(&null),
+            };
+            launch.arg(&zero).arg(&count_arg).arg(&threshold);
+            // SAFETY: as the launch below, with TRI a null pointer (unused by this form)
+            // and k0 = 0 over all `count` systems.
+            unsafe { launch.launch(cfg) }?;
+            return Ok(info);
+        }
+        let (tkey, tnstar) = self.tridiag_key::<T>(n)?;
+        let tk = self.cache.get(tkey)?;
+        let chunk = count.min(dc_chunk(n, eb));
+        let mut tri: CudaSlice<T> = self.stream.alloc_zeros(chunk * tri_stride(n))?;
+        let mut gathered: Option<(CudaSlice<T>, CudaSlice<T>)> = match idx {
+            Some(_) => Some((
+                self.stream.alloc_zeros(chunk * n * n)?,
+                self.stream.alloc_zeros(chunk * n)?,
+            )),
+            None => None,
         };
-        launch.arg(&count_arg).arg(&threshold);
-        // SAFETY: `divide_conquer_{f32,f64}` takes (const real* A, const real* B, real* X,
-        // GpuReport* rep, const unsigned* idx, long long count, double threshold) with
-        // real = T; A holds batch*n*n, B and X batch*n, rep batch entries (checked by
-        // the caller), idx is null or holds `count` indices < batch (written by the
-        // escalation kernels from system numbers), the u64 0 is a null pointer of the
-        // same size. Each system is written by one block only; A, B, idx are read only.
-        unsafe { launch.launch(cfg) }?;
-        Ok(info)
+        let mut last = info;
+        let mut k0 = 0;
+        while k0 < count {
+            let cnt = chunk.min(count - k0);
+            let k0_arg = k0 as i64;
+            let cnt_arg = cnt as i64;
+            let (cfg, _) = self.geometry::<T>(&tk, "householder_tridiag", tnstar, cnt)?;
+            match (idx, &mut gathered) {
+                (Some(list), Some((a_s, b_s))) => {
+                    let gcfg = LaunchConfig {
+                        grid_dim: ((cnt * n * n).div_ceil(256).clamp(1, 1 << 20) as u32, 1, 1),
+                        block_dim: (256, 1, 1),
+                        shared_mem_bytes: 0,
+                    };
+                    let mut launch = self
+                        .stream
+                        .launch_builder(kernel.function("gather_systems"));
+                    launch
+                        .arg(a)
+                        .arg(b)
+                        .arg(list)
+                        .arg(&k0_arg)
+                        .arg(&cnt_arg)
+                        .arg(&mut *a_s)
+                        .arg(&mut *b_s);
+                    // SAFETY: `gather_systems_{f32,f64}` takes (const real* A, const real*
+                    // B, const unsigned* idx, long long k0, long long cnt, real* As, real*
+                    // Bs) with real = T; idx holds at least k0 + cnt indices < batch (the
+                    // caller's list), As and Bs hold chunk >= cnt systems.
+                    unsafe { launch.launch(gcfg) }?;
+                    let mut launch = self
+                        .stream
+                        .launch_builder(tk.function("householder_tridiag"));
+                    launch.arg(&*a_s).arg(&*b_s).arg(&mut tri).arg(&cnt_arg);
+                    // SAFETY: `householder_tridiag_{f32,f64}` takes (const real* A, const
+                    // real* B, real* TRI, long long batch) with real = T; As and Bs hold at
+                    // least cnt systems, tri cnt records of `tri_stride(n)` reals; each
+                    // group writes only its own system's record.
+                    unsafe { launch.launch(cfg) }?;
+                }
+                _ => {
+                    let a_c = a.slice(k0 * n * n..(k0 + cnt) * n * n);
+                    let b_c = b.slice(k0 * n..(k0 + cnt) * n);
+                    let mut launch = self
+                        .stream
+                        .launch_builder(tk.function("householder_tridiag"));
+                    launch.arg(&a_c).arg(&b_c).arg(&mut tri).arg(&cnt_arg);
+                    // SAFETY: as above, on the systems k0..k0 + cnt of A and B.
+                    unsafe { launch.launch(cfg) }?;
+                }
+            }
+            let (cfg, dinfo) = self.dc_geometry(kernel, smem, cnt)?;
+            let mut launch = self
+                .stream
+                .launch_builder(kernel.function("divide_conquer"));
+            launch
+                .arg(a)
+                .arg(b)
+                .arg(&tri)
+                .arg(&mut *x)
+                .arg(&mut *reports);
+            match idx {
+                Some(v) => launch.arg(v),
+                None => launch.arg(&null),
+            };
+            launch.arg(&k0_arg).arg(&cnt_arg).arg(&threshold);
+            // SAFETY: `divide_conquer_{f32,f64}` takes (const real* A, const real* B, const
+            // real* TRI, real* X, GpuReport* rep, const unsigned* idx, long long k0, long
+            // long count, double threshold) with real = T; A holds batch*n*n, B and X
+            // batch*n, rep batch entries (checked by the caller), TRI the cnt records just
+            // written, idx is null (systems k0..k0 + cnt) or holds at least k0 + cnt
+            // indices < batch; the u64 0 is a null pointer of the same size. Each system
+            // is written by one warp only; A, B, TRI, idx are read only.
+            unsafe { launch.launch(cfg) }?;
+            last = dinfo;
+            k0 += cnt;
+        }
+        Ok(last)
+    }
+
+    /// The key and `n*` of divide and conquer's first kernel
+    /// ([`KernelFamily::HouseholderTridiag`]): the Householder + PCR kernel's tuned `n*`
+    /// and shared stride for `n`.
+    fn tridiag_key<T: GpuReal>(&self, n: usize) -> Result<(KernelKey, usize), GpuError> {
+        let (mut key, nstar) =
+            self.kernel_key::<T>(n, Strategy::HouseholderPcr, &GpuOptions::default())?;
+        key.family = KernelFamily::HouseholderTridiag;
+        Ok((key, nstar))
     }
 
     /// Divide and conquer alone on `count = d.len() / n` symmetric tridiagonal matrices
@@ -806,7 +931,11 @@ impl GpuBatchSolver {
         let eb = std::mem::size_of::<T>();
         let f = kernel.function(entry);
         let limit = self.info.shared_per_block_optin;
-        if key.family == KernelFamily::HouseholderPcr {
+        let hh = matches!(
+            key.family,
+            KernelFamily::HouseholderPcr | KernelFamily::HouseholderTridiag
+        );
+        if hh {
             // Registers, not a smaller carveout picked by the driver, should bound the
             // resident warps (round 8 of benches/RESULTS.md: without this the driver's
             // choice stopped f64 n = 30 n* = 16 at 8 blocks of 16 KB).
@@ -824,7 +953,6 @@ impl GpuBatchSolver {
             _ if nstar > 32 => vec![(64, 1, key.sys_stride as usize * eb)],
             _ => {
                 let spw = tuning::systems_per_warp(nstar);
-                let hh = key.family == KernelFamily::HouseholderPcr;
                 // Householder + PCR's rolled kernel: 4 warps per block on ties
                 // (`tuning::householder_rolled`); elsewhere the fewest threads on ties.
                 let order = if hh && tuning::householder_rolled(n, key.f64, nstar) {
@@ -886,7 +1014,11 @@ impl GpuBatchSolver {
         let grid = match key.family {
             KernelFamily::LdltSimd => tiles,
             // One tile per block (the kernel does not loop over tiles in this mode).
-            KernelFamily::HouseholderPcr if tuning::householder_single_buffer(n, key.f64) => tiles,
+            KernelFamily::HouseholderPcr | KernelFamily::HouseholderTridiag
+                if tuning::householder_single_buffer(n, key.f64) =>
+            {
+                tiles
+            }
             _ => tiles.min(blocks_per_sm as usize * self.info.multiprocessors as usize),
         };
         let grid = u32::try_from(grid)
@@ -920,10 +1052,15 @@ impl GpuBatchSolver {
         strategy: Strategy,
         options: &GpuOptions,
     ) -> Result<(), GpuError> {
-        let keys = ns
+        let mut keys = ns
             .iter()
             .map(|&n| self.kernel_key::<T>(n, strategy, options).map(|k| k.0))
             .collect::<Result<Vec<_>, _>>()?;
+        if T::IS_F64 && matches!(strategy, Strategy::DivideConquer | Strategy::Escalating) {
+            for &n in ns {
+                keys.push(self.tridiag_key::<T>(n)?.0);
+            }
+        }
         self.cache.precompile(&keys)
     }
 
@@ -976,6 +1113,7 @@ impl GpuBatchSolver {
             (KernelFamily::LdltGroup, _) => "ldlt_group",
             (KernelFamily::LdltSimd, _) => "ldlt_simd",
             (KernelFamily::HouseholderPcr, _) => "householder_pcr",
+            (KernelFamily::HouseholderTridiag, _) => unreachable!("not a strategy's key"),
             (KernelFamily::DivideConquer, Strategy::Escalating) => {
                 return self
                     .solve_escalating_gpu(n, a, b, x, reports, params, options)
