@@ -34,8 +34,9 @@ pub enum BenchVariant {
     HouseholderNstarSweep,
     /// cuSOLVER `potrfBatched` + `potrsBatched` (lower triangle).
     Cusolver,
-    /// Householder tridiagonalization (`n*` threads per system), then divide and conquer +
-    /// truncated solve (one warp per system); batch at most 2^20.
+    /// Householder tridiagonalization (f64: `n*` threads per system; f32: in the next
+    /// kernel), then divide and conquer + truncated solve (one warp per system); batch at
+    /// most 2^20.
     DivideConquer,
     /// The escalating strategy from `L D L^T` (on the benchmark's diagonally dominant
     /// matrices nothing escalates: the cost of the device-side checks and compaction).

@@ -14,7 +14,7 @@
 //! | [`LdltOrganisation::Collaborative`] | `n` | Section 3.2, "collaborative" |
 //! | [`LdltOrganisation::Hybrid`] | `n* < n`, several systems per warp | Algorithm 1 |
 //! | Householder + PCR | `n*` (default from [`tuning`]) | Algorithm 2, Fig. 9 |
-//! | Householder (`cuda/householder_pcr.cu`), then divide and conquer (`cuda/stedc.cu`) | `n*`, then 32 (one warp) | Algorithm 3 |
+//! | Householder (`cuda/householder_pcr.cu`, f64; in f32 inside the next kernel), then divide and conquer (`cuda/stedc.cu`) | `n*`, then 32 (one warp) | Algorithm 3 |
 //! | escalation (`cuda/escalate.cu`) | 32 per check | Sections 1 and 6 |
 //!
 //! Entry points: [`GpuBatchSolver::solve_batched_gpu`] on device buffers and

@@ -39,14 +39,15 @@ pub enum KernelFamily {
     LdltSimd,
     /// `householder_pcr_{f32,f64}`.
     HouseholderPcr,
-    /// `householder_tridiag_{f32,f64}`: divide and conquer's first kernel, the
-    /// tridiagonalization of `cuda/householder_pcr.cu` (same geometry and `n*`) writing
-    /// `T`, `Q^T b` and the reflectors instead of running PCR.
+    /// `householder_tridiag_{f32,f64}`: divide and conquer's first kernel (used in f64),
+    /// the tridiagonalization of `cuda/householder_pcr.cu` (same geometry and `n*`) on
+    /// the reversed matrix, writing `T`, `Q^T b` and the reflectors instead of running PCR.
     HouseholderTridiag,
-    /// `divide_conquer_{f32,f64}` (divide and conquer's second kernel: stedc, the
-    /// truncated solve and `x = Q v` on the records of [`KernelFamily::HouseholderTridiag`],
-    /// one warp per system) and the escalation kernels `ldlt_check`, `gather_systems`,
-    /// `pcr_check` (`cuda/rcp.cu` + `cuda/stedc.cu` + `cuda/escalate.cu`).
+    /// `divide_conquer_{f32,f64}` (one warp per system: in f64 divide and conquer's second
+    /// kernel, stedc, the truncated solve and `x = Q v` on the records of
+    /// [`KernelFamily::HouseholderTridiag`]; in f32 the whole solve, its own Householder
+    /// step first) and the escalation kernels `ldlt_check`, `gather_systems`, `pcr_check`
+    /// (`cuda/rcp.cu` + `cuda/stedc.cu` + `cuda/escalate.cu`).
     DivideConquer,
     /// Helpers with run-time `n`: `fill_spd`, `fill_nan`, `pointer_array`, `relative_residual`.
     Util,
