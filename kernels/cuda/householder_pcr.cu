@@ -656,8 +656,10 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
 
 #if HH_TRIDIAG_OUT
     // Divide and conquer's first stage: the record of the system (layout at TRI_STRIDE)
-    // instead of PCR, in the reversed order of P A P (the reader reverses it back). v_k (k = 0..N-2) is column k of the register rows (or the packed
-    // column k of the shared A, HH_VSH) on the rows r >= k + 1, v_k(k + 1) = 1.
+    // instead of PCR, in the reversed order of P A P (the reader reverses it back).
+    // v_k (k = 0..N-2) is column k of the register rows (or the packed column k of the
+    // shared A, HH_VSH) on the rows r >= k + 1, v_k(k + 1) = 1; each thread writes the
+    // entries of its own rows, which it wrote itself.
     bad = group_any(bad, g, iscratch);
     if (active) {
         real* rec = TRI + sys * TRI_STRIDE;

@@ -17,8 +17,8 @@
 //   kernels/src/batch/escalate.rs               levels 1-2 of solve_one for divide and conquer
 // but organised for the warp, so results agree with the CPU to rounding, not bit for bit:
 //  * Householder (one-kernel form): lane r owns row r of the full symmetric matrix;
-//    sums by shuffles. Q is never formed: the reflectors stay in A (u_i in row i, w_i = u_i / beta_i in column i)
-//    and are applied to b; each lane then keeps its entries of them in local memory, the
+//    sums by shuffles. Q is never formed: the reflectors stay in A (u_i in row i,
+//    w_i = u_i / beta_i in column i) and are applied to b; each lane then keeps its entries of them in local memory, the
 //    array of A becomes W, and the reflectors come back from local memory for the solution.
 //  * Divide and conquer: every unreduced block and every node of one depth of the
 //    division trees is merged at once, lane i working for row / pole / root i of the

@@ -18,7 +18,9 @@ use cva_kernels::{
     solve_batched, Method, SolverParams, Status, Strategy, SymmetricBatch, SystemReport,
 };
 
-const SIZES: [usize; 10] = [1, 2, 3, 7, 16, 30, 31, 33, 63, 64];
+// 32: the f64 Householder kernel's rolled form with v in the shared A (HH_VSH), also divide
+// and conquer's first kernel there.
+const SIZES: [usize; 11] = [1, 2, 3, 7, 16, 30, 31, 32, 33, 63, 64];
 const BATCH: usize = 257;
 
 fn random_batch<T: GpuReal>(n: usize, batch: usize, seed: u64) -> (Vec<T>, Vec<T>) {
