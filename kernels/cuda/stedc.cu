@@ -2388,7 +2388,6 @@ constexpr int DC_WARP_BYTES = ((2 * N * (N | 1) + 11 * N) * (int)sizeof(real) + 
 #ifndef DC_SPLIT
 #define DC_SPLIT REAL_F64
 #endif
-#if DC_SPLIT
 extern "C" __global__ void DC_BOUNDS
 ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, const real* __restrict__ TRI,
                       real* __restrict__ X, GpuReport* __restrict__ rep, const unsigned int* __restrict__ idx,
@@ -2411,6 +2410,9 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, co
     real* xb = ws.dsrt;
     const int lane = threadIdx.x & 31;
     const real thr = (real)threshold;
+#if !DC_SPLIT
+    Reflectors refl;
+#endif
 
     int bars = 0;
 #if DC_BLOCK_WARPS > 1
@@ -2426,6 +2428,7 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, co
 #endif
         const long long sys = idx ? (long long)idx[k0 + k] : k0 + k;
         const real* a = A + sys * (N * N);
+#if DC_SPLIT
         const real* rec = TRI + k * TRI_STRIDE;
         // T = P T' P and Q^T b = P Q'^T P b from the record of P A P = Q' T' Q'^T (P the
         // reversal); b. The input's finiteness was checked by the first kernel.
@@ -2436,6 +2439,25 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, co
             v[i] = rec[3 * N + N - 1 - i];
             bb[i] = B[sys * N + i];
         }
+#else
+        // Lower triangle (copy_lower) into both triangles, b; finiteness of the input.
+        bool bad = false;
+        for (int e2 = lane; e2 < N * N; e2 += 32) {
+            const int r = e2 % N, c = e2 / N;
+            if (r >= c) {
+                const real vv = a[e2];
+                bad |= !finite(vv);
+                qa[r + c * LD] = vv;
+                qa[c + r * LD] = vv;
+            }
+        }
+        for (int i = lane; i < N; i += 32) {
+            const real vv = B[sys * N + i];
+            bad |= !finite(vv);
+            bb[i] = vv;
+        }
+        bad = warp_any(bad);
+#endif
         __syncwarp();
         unsigned status = STATUS_OK;
         int discarded = 0;
@@ -2443,6 +2465,31 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, co
         if (bad) {
             status = STATUS_NON_FINITE_INPUT;
         } else {
+#if !DC_SPLIT
+#if !DC_HH_QTB
+            householder_tridiagonalize(qa, d, e, tmp, lane);
+#endif
+            // v = Q^T b.
+            real y[SLOTS];
+#pragma unroll
+            for (int s = 0; s < SLOTS; ++s) {
+                const int i = lane + 32 * s;
+                y[s] = i < N ? bb[i] : (real)0;
+            }
+#if DC_HH_QTB
+            householder_tridiagonalize(qa, d, e, tmp, y, lane);
+#else
+            apply_q(qa, y, true, lane);
+#endif
+            save_reflectors(qa, refl, lane);
+            phase_sync(bars);
+#pragma unroll
+            for (int s = 0; s < SLOTS; ++s) {
+                const int i = lane + 32 * s;
+                if (i < N) v[i] = y[s];
+            }
+            __syncwarp();
+#endif
             int ktop;
             const bool sok = stedc<DC_TOP_NO_Z>(d, e, ws, lane, bars, &ktop);
             phase_sync(bars);
@@ -2451,6 +2498,7 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, co
             } else {
                 if (DC_TOP_NO_Z && ktop >= 0) discarded = truncated_solve_top(d, ws, v, thr, ktop, lane);
                 else discarded = truncated_eigen_solve(d, ws.z, v, tmp, thr, lane);
+#if DC_SPLIT
                 // x = P Q' P v, Q' = H_0 (H_1 (... H_{N-2})), the reflectors staged in the
                 // shared array of W (free once the truncated solve is done); lane r works
                 // on row r of the reversed vectors.
@@ -2493,129 +2541,7 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, co
                     const int i = lane + 32 * s;
                     if (i < N) xb[N - 1 - i] = y[s];
                 }
-                __syncwarp();
-                Check ch = residual_check_warp(a, bb, xb, tmp, lane);
-                bool fin = !isnan(ch.residual);
-                for (int i = lane; i < N; i += 32) fin &= finite(xb[i]);
-                fin = !warp_any(!fin);
-                if (fin) residual = ch.residual;
-                else status = STATUS_FAILED;
-            }
-        }
-        const bool ok = status == STATUS_OK;
-        for (int i = lane; i < N; i += 32) X[sys * N + i] = ok ? xb[i] : real_nan();
-        if (lane == 0) {
-            GpuReport rp;
-            rp.residual = ok ? residual : dnan();
-            rp.method = METHOD_DIVIDE_CONQUER | ((unsigned)discarded << 8);
-            rp.status = status;
-            rep[sys] = rp;
-        }
-        __syncwarp();
-        }
-#if DC_BLOCK_WARPS > 1 && DC_PHASE_SYNC
-        // Pad to DC_PHASE_BARS barriers (at least one: the end of the system).
-        do {
-            __syncthreads();
-        } while (++bars < DC_PHASE_BARS);
-#endif
-    }
-}
-
 #else
-extern "C" __global__ void DC_BOUNDS
-ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, const real* __restrict__,
-                      real* __restrict__ X, GpuReport* __restrict__ rep, const unsigned int* __restrict__ idx,
-                      long long k0, long long count, double threshold) {
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    real* qa;
-    Ws ws;
-#if DC_BLOCK_WARPS > 1
-    const int nw = blockDim.x >> 5;
-    real* vec = carve(smem_raw + (threadIdx.x >> 5) * DC_WARP_BYTES, &qa, ws);
-#else
-    real* vec = carve(smem_raw, &qa, ws);
-#endif
-    real* d = vec;
-    real* e = d + N;
-    real* v = e + N;
-    real* bb = v + N;
-    // Scratch outside stedc: vectors of stedc that are free before and after it.
-    real* tmp = ws.zsrt;
-    real* xb = ws.dsrt;
-    const int lane = threadIdx.x & 31;
-    const real thr = (real)threshold;
-    Reflectors refl;
-
-    int bars = 0;
-#if DC_BLOCK_WARPS > 1
-    for (long long kb = (long long)blockIdx.x * nw; kb < count; kb += (long long)gridDim.x * nw) {
-        const long long k = kb + (threadIdx.x >> 5);
-#if DC_PHASE_SYNC
-        bars = 0;
-#endif
-        if (k < count) {
-#else
-    for (long long k = blockIdx.x; k < count; k += gridDim.x) {
-        {
-#endif
-        const long long sys = idx ? (long long)idx[k0 + k] : k0 + k;
-        const real* a = A + sys * (N * N);
-        // Lower triangle (copy_lower) into both triangles, b; finiteness of the input.
-        bool bad = false;
-        for (int e2 = lane; e2 < N * N; e2 += 32) {
-            const int r = e2 % N, c = e2 / N;
-            if (r >= c) {
-                const real vv = a[e2];
-                bad |= !finite(vv);
-                qa[r + c * LD] = vv;
-                qa[c + r * LD] = vv;
-            }
-        }
-        for (int i = lane; i < N; i += 32) {
-            const real vv = B[sys * N + i];
-            bad |= !finite(vv);
-            bb[i] = vv;
-        }
-        bad = warp_any(bad);
-        __syncwarp();
-        unsigned status = STATUS_OK;
-        int discarded = 0;
-        double residual = dnan();
-        if (bad) {
-            status = STATUS_NON_FINITE_INPUT;
-        } else {
-#if !DC_HH_QTB
-            householder_tridiagonalize(qa, d, e, tmp, lane);
-#endif
-            // v = Q^T b.
-            real y[SLOTS];
-#pragma unroll
-            for (int s = 0; s < SLOTS; ++s) {
-                const int i = lane + 32 * s;
-                y[s] = i < N ? bb[i] : (real)0;
-            }
-#if DC_HH_QTB
-            householder_tridiagonalize(qa, d, e, tmp, y, lane);
-#else
-            apply_q(qa, y, true, lane);
-#endif
-            save_reflectors(qa, refl, lane);
-            phase_sync(bars);
-#pragma unroll
-            for (int s = 0; s < SLOTS; ++s) {
-                const int i = lane + 32 * s;
-                if (i < N) v[i] = y[s];
-            }
-            __syncwarp();
-            int ktop;
-            const bool sok = stedc<DC_TOP_NO_Z>(d, e, ws, lane, bars, &ktop);
-            phase_sync(bars);
-            if (!sok) {
-                status = STATUS_FAILED;
-            } else {
-                if (DC_TOP_NO_Z && ktop >= 0) discarded = truncated_solve_top(d, ws, v, thr, ktop, lane);
-                else discarded = truncated_eigen_solve(d, ws.z, v, tmp, thr, lane);
                 // x = Q v.
 #pragma unroll
                 for (int s = 0; s < SLOTS; ++s) {
@@ -2629,6 +2555,7 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, co
                     const int i = lane + 32 * s;
                     if (i < N) xb[i] = y[s];
                 }
+#endif
                 __syncwarp();
                 Check ch = residual_check_warp(a, bb, xb, tmp, lane);
                 bool fin = !isnan(ch.residual);
@@ -2658,7 +2585,6 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, co
     }
 }
 
-#endif  // DC_SPLIT
 
 // Eigendecomposition of `count` tridiagonal matrices (stedc alone, for tests): D: count
 // x N diagonals, E: count x N (entries 0..N-2 read), lambda: count x N eigenvalues
