@@ -485,28 +485,11 @@ impl GpuBatchSolver {
         if count == 0 {
             return Ok(info);
         }
-        let null: u64 = 0;
         if !T::IS_F64 {
             // f32: one kernel (`DC_SPLIT` 0), the warp's own Householder step first.
-            let zero = 0i64;
-            let count_arg = count as i64;
-            let mut launch = self
-                .stream
-                .launch_builder(kernel.function("divide_conquer"));
-            launch
-                .arg(a)
-                .arg(b)
-                .arg(&null)
-                .arg(&mut *x)
-                .arg(&mut *reports);
-            match idx {
-                Some(v) => launch.arg(v),
-                None => launch.arg(&null),
-            };
-            launch.arg(&zero).arg(&count_arg).arg(&threshold);
-            // SAFETY: as the launch below, with TRI a null pointer (unused by this form)
-            // and k0 = 0 over all `count` systems.
-            unsafe { launch.launch(cfg) }?;
+            self.launch_dc_entry(
+                kernel, cfg, a, b, None, x, reports, idx, 0, count, threshold,
+            )?;
             return Ok(info);
         }
         let (tkey, tnstar) = self.tridiag_key::<T>(n)?;
@@ -572,32 +555,70 @@ impl GpuBatchSolver {
                 }
             }
             let (cfg, dinfo) = self.dc_geometry(kernel, smem, cnt)?;
-            let mut launch = self
-                .stream
-                .launch_builder(kernel.function("divide_conquer"));
-            launch
-                .arg(a)
-                .arg(b)
-                .arg(&tri)
-                .arg(&mut *x)
-                .arg(&mut *reports);
-            match idx {
-                Some(v) => launch.arg(v),
-                None => launch.arg(&null),
-            };
-            launch.arg(&k0_arg).arg(&cnt_arg).arg(&threshold);
-            // SAFETY: `divide_conquer_{f32,f64}` takes (const real* A, const real* B, const
-            // real* TRI, real* X, GpuReport* rep, const unsigned* idx, long long k0, long
-            // long count, double threshold) with real = T; A holds batch*n*n, B and X
-            // batch*n, rep batch entries (checked by the caller), TRI the cnt records just
-            // written, idx is null (systems k0..k0 + cnt) or holds at least k0 + cnt
-            // indices < batch; the u64 0 is a null pointer of the same size. Each system
-            // is written by one warp only; A, B, TRI, idx are read only.
-            unsafe { launch.launch(cfg) }?;
+            self.launch_dc_entry(
+                kernel,
+                cfg,
+                a,
+                b,
+                Some(&tri),
+                x,
+                reports,
+                idx,
+                k0,
+                cnt,
+                threshold,
+            )?;
             last = dinfo;
             k0 += cnt;
         }
         Ok(last)
+    }
+
+    /// Launches `divide_conquer` (`cuda/stedc.cu`) on the systems `k0..k0 + count` of the
+    /// list `idx` (`None`: of the batch), reading the records `tri` of
+    /// `householder_tridiag` for them (`None`: the one-kernel form, which ignores it).
+    #[allow(clippy::too_many_arguments)]
+    fn launch_dc_entry<T: GpuReal>(
+        &self,
+        kernel: &CompiledKernel,
+        cfg: LaunchConfig,
+        a: &CudaView<'_, T>,
+        b: &CudaView<'_, T>,
+        tri: Option<&CudaSlice<T>>,
+        x: &mut CudaViewMut<'_, T>,
+        reports: &mut CudaViewMut<'_, GpuReport>,
+        idx: Option<&CudaView<'_, u32>>,
+        k0: usize,
+        count: usize,
+        threshold: f64,
+    ) -> Result<(), GpuError> {
+        let null: u64 = 0;
+        let k0_arg = k0 as i64;
+        let cnt_arg = count as i64;
+        let mut launch = self
+            .stream
+            .launch_builder(kernel.function("divide_conquer"));
+        launch.arg(a).arg(b);
+        match tri {
+            Some(t) => launch.arg(t),
+            None => launch.arg(&null),
+        };
+        launch.arg(&mut *x).arg(&mut *reports);
+        match idx {
+            Some(v) => launch.arg(v),
+            None => launch.arg(&null),
+        };
+        launch.arg(&k0_arg).arg(&cnt_arg).arg(&threshold);
+        // SAFETY: `divide_conquer_{f32,f64}` takes (const real* A, const real* B, const
+        // real* TRI, real* X, GpuReport* rep, const unsigned* idx, long long k0, long
+        // long count, double threshold) with real = T; A holds batch*n*n, B and X
+        // batch*n, rep batch entries (checked by the caller), TRI is null (the one-kernel
+        // form does not read it) or holds the `count` records just written for these
+        // systems, idx is null (systems k0..k0 + count) or holds at least k0 + count
+        // indices < batch; the u64 0 is a null pointer of the same size. Each system is
+        // written by one warp only; A, B, TRI, idx are read only.
+        unsafe { launch.launch(cfg) }?;
+        Ok(())
     }
 
     /// The key and `n*` of divide and conquer's first kernel
