@@ -91,15 +91,20 @@
 #ifndef DC_ROUND4_SHAPE
 #define DC_ROUND4_SHAPE 0
 #endif
-// Code-size switches (round 7; no arithmetic operation or its order depends on them), on
-// by default for f64 16 < n <= 32 (DC_SMALL_CODE), where the kernel's executed code was
-// at the size of the SM instruction cache (RESULTS.md rounds 6-7):
+// Code-size switches (round 7; no arithmetic operation or its order depends on them),
+// DC_SMALL_CODE: on for f64 16 < n <= 32 while the kernel held its own Householder step
+// and its executed code was at the size of the SM instruction cache (RESULTS.md rounds
+// 6-7). Off since the fifteenth session: with the Householder step in its own kernel
+// (f64) the code is half that size, and turning them off made f64 n = 30 7% faster
+// (benches/RESULTS.md, fifteenth session):
 // DC_ZW_ONE: one zw_product instance (node length <= N) instead of one per power of two
 // (at n = 30 every merge depth ran a different one, so all four ran per system).
 // DC_ROLL_WARP: the butterfly loops of the warp reductions not unrolled.
 // DC_RES_JOINT: the residual check's seven warp maxima in one loop (not unrolled), its
 // row loop unrolled by 2 (not completely).
-#define DC_SMALL_CODE (REAL_F64 && N > 16 && N <= 32)
+#ifndef DC_SMALL_CODE
+#define DC_SMALL_CODE 0
+#endif
 #ifndef DC_ZW_ONE
 #define DC_ZW_ONE DC_SMALL_CODE
 #endif
@@ -278,6 +283,13 @@
 // times (same evaluations in the same order).
 #ifndef DC_ONE_EVAL
 #define DC_ONE_EVAL (!DC_ROUND4_SHAPE)
+#endif
+// DC_EVAL_MASKS (fifteenth session): the fast evaluation sums the two sides' derivative
+// groups with 0/1 factors instead of selects and recomputes poles a and a + 1 after its
+// loop instead of capturing them in it: 16 fewer instructions per pole, the same values
+// bit for bit (f64 n = 30 +3% alone, H100, benches/RESULTS.md fifteenth session).
+#ifndef DC_EVAL_MASKS
+#define DC_EVAL_MASKS 1
 #endif
 // Inlining of the evaluation and model templates: forced with the fast reciprocals
 // (their exact copies are out of line), the compiler's choice otherwise (round 5's code).
@@ -931,6 +943,37 @@ __device__ DC_SEC_INLINE Evaluation sec_evaluate_t(const real* d, const real* z,
     real f = rhoinv, d_left = 0, d2_left = 0, d_a = 0, d_b = 0, d_right = 0, d2_right = 0, abs_sum = 0;
     real delta_a = 0, delta_b = 0;
     const real d_origin = d[origin];
+#if DC_EVAL_MASKS
+    if constexpr (FAST) {
+        // The side sums by 0/1 factors (fma(1, x, s) = s + x, fma(0, x, s) = s for finite
+        // x), poles a and a + 1 redone after the loop: the values of the loop below, bit
+        // for bit, where every sum is finite (else the caller's exact evaluation runs).
+        UNROLL_SEC
+        for (int j = 0; j < k; ++j) {
+            const real dj = (d[j] - d_origin) - tau;
+            const real inv = sec_rcp<true>(dj, kmin, kmax);
+            const real zj = z[j];
+            const real t = zj * inv;
+            const real term = zj * t;
+            const real deriv = t * t;
+            const real deriv2 = deriv * inv;
+            f += term;
+            abs_sum += fabs(term);
+            const real ml = j < a ? (real)1 : (real)0;
+            const real mr = j > a + 1 ? (real)1 : (real)0;
+            d_left = fma(ml, deriv, d_left);
+            d2_left = fma(ml, deriv2, d2_left);
+            d_right = fma(mr, deriv, d_right);
+            d2_right = fma(mr, deriv2, d2_right);
+        }
+        delta_a = (d[a] - d_origin) - tau;
+        const real ta = z[a] * sec_rcp<true>(delta_a, kmin, kmax);
+        d_a = ta * ta;
+        delta_b = (d[a + 1] - d_origin) - tau;
+        const real tb = z[a + 1] * sec_rcp<true>(delta_b, kmin, kmax);
+        d_b = tb * tb;
+    } else
+#endif
     UNROLL_SEC
     for (int j = 0; j < k; ++j) {
         const real dj = (d[j] - d_origin) - tau;
@@ -967,7 +1010,13 @@ __device__ DC_SEC_INLINE Evaluation sec_evaluate_t(const real* d, const real* z,
     ev.delta_a = delta_a;
     ev.delta_b = delta_b;
     ev.err = (real)8 * (abs_sum + rhoinv) + fabs(tau) * (((d_left + d_a) + d_b) + d_right);
+#if DC_EVAL_MASKS
+    if (FAST)
+        *in_range = rcp_keys_ok(kmin, kmax) && finite(d_left) && finite(d2_left) && finite(d_right) &&
+                    finite(d2_right);
+#else
     if (FAST) *in_range = rcp_keys_ok(kmin, kmax);
+#endif
     return ev;
 }
 
