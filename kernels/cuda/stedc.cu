@@ -336,10 +336,12 @@ __device__ __forceinline__ bool rcp_keys_ok(unsigned kmin, unsigned kmax) {
 #ifndef DC_FAST_DIV
 #define DC_FAST_DIV (REAL_F64 && !DC_ROUND4_SHAPE)
 #endif
-// DC_FAST_MDIV (f64, with DC_FAST_RCP): the division of each model iteration's two-pole
-// root by div_rn_fast_f64 as well (the model solve is redone exactly if out of range).
+// DC_FAST_MDIV (f64, with DC_FAST_RCP): the model solve's divisions (its set-up: the two
+// outer poles' positions and the four constant terms; each iteration's two-pole root) by
+// div_rn_fast_f64 as well (the model solve is redone exactly if out of range). On since
+// the fifteenth session (f64 n = 30 +1-2%, H100, benches/RESULTS.md).
 #ifndef DC_FAST_MDIV
-#define DC_FAST_MDIV 0
+#define DC_FAST_MDIV 1
 #endif
 #define DC_DIV_KEY_LO (63u << 20)
 #define DC_DIV_KEY_HI (2023u << 20)
@@ -1086,7 +1088,7 @@ __device__ DC_SEC_INLINE real model_root_t(const Evaluation& ev, const real* d, 
     real pos[4], weights[4], dist[4];
     bool present[4];
 #if DC_DIV_GUARD
-    real p_left = ev.d_left > (real)0 ? ev.d_left / ev.d2_left : (real)0;
+    real p_left = ev.d_left > (real)0 ? sec_div<FAST && DC_FAST_MDIV>(ev.d_left, ev.d2_left, dmin, dmax) : (real)0;
 #else
     real p_left = ev.d_left / ev.d2_left;
 #endif
@@ -1103,7 +1105,7 @@ __device__ DC_SEC_INLINE real model_root_t(const Evaluation& ev, const real* d, 
     pos[2] = d[a + 1] - d[origin];
     weights[2] = z[a + 1] * z[a + 1];
 #if DC_DIV_GUARD
-    real p_right = ev.d_right > (real)0 ? ev.d_right / ev.d2_right : (real)0;
+    real p_right = ev.d_right > (real)0 ? sec_div<FAST && DC_FAST_MDIV>(ev.d_right, ev.d2_right, dmin, dmax) : (real)0;
 #else
     real p_right = ev.d_right / ev.d2_right;
 #endif
@@ -1114,7 +1116,7 @@ __device__ DC_SEC_INLINE real model_root_t(const Evaluation& ev, const real* d, 
     real c = ev.f;
 #pragma unroll
     for (int l = 0; l < 4; ++l)
-        if (present[l]) c -= weights[l] / dist[l];
+        if (present[l]) c -= sec_div<FAST && DC_FAST_MDIV>(weights[l], dist[l], dmin, dmax);
     real lo, hi;
     if (last) {
         lo = pos[2];
