@@ -54,9 +54,10 @@
 // a source loaded through CVA_CUDA_SOURCE_DIR may define them first.
 #ifndef DC_UNROLL_HH
 #if REAL_F64
-// f64 16 < n <= 32 (DC_SMALL_CODE, defined below): unrolled by 4 (round 8: 8,479 -> 8,319
-// SASS instructions at n = 30 with DC_DIV_GUARD, and +4% on the diagonally dominant and
-// paper families, H100).
+// f64 16 < n <= 32: unrolled by 4 (round 8, the one-kernel form: 8,479 -> 8,319 SASS
+// instructions at n = 30 with DC_DIV_GUARD, and +4% on the diagonally dominant and paper
+// families, H100; f64 now runs the Householder step in its own kernel, so this switch
+// no longer changes the f64 divide_conquer entry).
 #define DC_UNROLL_HH (N > 16 && N <= 32)
 #define DC_UNROLL_QV 0
 #define DC_UNROLL_SEC 0
