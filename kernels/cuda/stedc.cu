@@ -938,6 +938,26 @@ struct Evaluation {
     real f, d_left, d2_left, d_a, d_b, d_right, d2_right, err, delta_a, delta_b;
 };
 
+// Pole j's terms of the secular evaluation at lambda = d_origin + tau: dj = d_j - lambda
+// (as (d_j - d_origin) - tau), z_j^2 / dj and the derivative terms (z_j / dj)^2 and
+// (z_j / dj)^2 / dj; the reciprocal by sec_rcp<FAST>.
+struct PoleTerms {
+    real dj, term, deriv, deriv2;
+};
+template <bool FAST>
+__device__ __forceinline__ PoleTerms pole_terms(const real* d, const real* z, int j, real d_origin, real tau,
+                                                unsigned& kmin, unsigned& kmax) {
+    PoleTerms p;
+    p.dj = (d[j] - d_origin) - tau;
+    const real inv = sec_rcp<FAST>(p.dj, kmin, kmax);
+    const real zj = z[j];
+    const real t = zj * inv;
+    p.term = zj * t;
+    p.deriv = t * t;
+    p.deriv2 = p.deriv * inv;
+    return p;
+}
+
 // f at lambda = d[origin] + tau with the derivative groups of model_root; one division
 // per pole (the reciprocal of d_j - lambda).
 template <bool FAST>
@@ -954,21 +974,15 @@ __device__ DC_SEC_INLINE Evaluation sec_evaluate_t(const real* d, const real* z,
         // for bit, where every sum is finite (else the caller's exact evaluation runs).
         UNROLL_SEC
         for (int j = 0; j < k; ++j) {
-            const real dj = (d[j] - d_origin) - tau;
-            const real inv = sec_rcp<true>(dj, kmin, kmax);
-            const real zj = z[j];
-            const real t = zj * inv;
-            const real term = zj * t;
-            const real deriv = t * t;
-            const real deriv2 = deriv * inv;
-            f += term;
-            abs_sum += fabs(term);
+            const PoleTerms p = pole_terms<true>(d, z, j, d_origin, tau, kmin, kmax);
+            f += p.term;
+            abs_sum += fabs(p.term);
             const real ml = j < a ? (real)1 : (real)0;
             const real mr = j > a + 1 ? (real)1 : (real)0;
-            d_left = fma(ml, deriv, d_left);
-            d2_left = fma(ml, deriv2, d2_left);
-            d_right = fma(mr, deriv, d_right);
-            d2_right = fma(mr, deriv2, d2_right);
+            d_left = fma(ml, p.deriv, d_left);
+            d2_left = fma(ml, p.deriv2, d2_left);
+            d_right = fma(mr, p.deriv, d_right);
+            d2_right = fma(mr, p.deriv2, d2_right);
         }
         delta_a = (d[a] - d_origin) - tau;
         const real ta = z[a] * sec_rcp<true>(delta_a, kmin, kmax);
@@ -980,27 +994,21 @@ __device__ DC_SEC_INLINE Evaluation sec_evaluate_t(const real* d, const real* z,
 #endif
     UNROLL_SEC
     for (int j = 0; j < k; ++j) {
-        const real dj = (d[j] - d_origin) - tau;
-        const real inv = sec_rcp<FAST>(dj, kmin, kmax);
-        const real zj = z[j];
-        const real t = zj * inv;
-        const real term = zj * t;
-        const real deriv = t * t;
-        const real deriv2 = deriv * inv;
-        f += term;
-        abs_sum += fabs(term);
+        const PoleTerms p = pole_terms<FAST>(d, z, j, d_origin, tau, kmin, kmax);
+        f += p.term;
+        abs_sum += fabs(p.term);
         const bool left = j < a, right = j > a + 1;
-        d_left += left ? deriv : (real)0;
-        d2_left += left ? deriv2 : (real)0;
-        d_right += right ? deriv : (real)0;
-        d2_right += right ? deriv2 : (real)0;
+        d_left += left ? p.deriv : (real)0;
+        d2_left += left ? p.deriv2 : (real)0;
+        d_right += right ? p.deriv : (real)0;
+        d2_right += right ? p.deriv2 : (real)0;
         if (j == a) {
-            d_a = deriv;
-            delta_a = dj;
+            d_a = p.deriv;
+            delta_a = p.dj;
         }
         if (j == a + 1) {
-            d_b = deriv;
-            delta_b = dj;
+            d_b = p.deriv;
+            delta_b = p.dj;
         }
     }
     Evaluation ev;
