@@ -451,6 +451,57 @@ impl GpuBatchSolver {
         Ok((cfg, info))
     }
 
+    /// Copies the systems `idx[k0..k0 + cnt]` of `a` (n x n each) and `b` (n each) into the
+    /// first `cnt` systems of `a_s`, `b_s` (`gather_systems` of the divide and conquer
+    /// module `dc`). `idx` must hold at least `k0 + cnt` system numbers below the batch of
+    /// `a` and `b`.
+    ///
+    /// # Errors
+    /// [`GpuError::Invalid`] if `a_s` or `b_s` holds fewer than `cnt` systems or `idx`
+    /// fewer than `k0 + cnt` entries; a launch error from the driver.
+    #[allow(clippy::too_many_arguments)]
+    fn gather_systems<T: GpuReal>(
+        &self,
+        dc: &CompiledKernel,
+        n: usize,
+        a: &CudaView<'_, T>,
+        b: &CudaView<'_, T>,
+        idx: &CudaView<'_, u32>,
+        k0: usize,
+        cnt: usize,
+        a_s: &mut CudaSlice<T>,
+        b_s: &mut CudaSlice<T>,
+    ) -> Result<(), GpuError> {
+        if a_s.len() < cnt * n * n || b_s.len() < cnt * n || idx.len() < k0 + cnt {
+            return Err(GpuError::Invalid(format!(
+                "gather_systems: {cnt} systems from index {k0} do not fit the buffers"
+            )));
+        }
+        let cfg = LaunchConfig {
+            grid_dim: ((cnt * n * n).div_ceil(256).clamp(1, 1 << 20) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let k0_arg = k0 as i64;
+        let cnt_arg = cnt as i64;
+        let mut launch = self.stream.launch_builder(dc.function("gather_systems"));
+        launch
+            .arg(a)
+            .arg(b)
+            .arg(idx)
+            .arg(&k0_arg)
+            .arg(&cnt_arg)
+            .arg(&mut *a_s)
+            .arg(&mut *b_s);
+        // SAFETY: `gather_systems_{f32,f64}` takes (const real* A, const real* B, const
+        // unsigned* idx, long long k0, long long cnt, real* As, real* Bs) with real = T;
+        // idx[k0..k0 + cnt] are system numbers below the batch of A and B (the caller's
+        // contract), As and Bs hold at least cnt systems (checked above); A, B and idx
+        // are read only.
+        unsafe { launch.launch(cfg) }?;
+        Ok(())
+    }
+
     /// Divide and conquer with the truncated solve on the systems `idx[k]`, `k < count`
     /// (`None`: systems `0..count`); writes their `x` and reports only. In f32 one kernel
     /// (`divide_conquer` with its own Householder step, `DC_SPLIT` 0 in `cuda/stedc.cu`);
@@ -507,32 +558,11 @@ impl GpuBatchSolver {
         let mut k0 = 0;
         while k0 < count {
             let cnt = chunk.min(count - k0);
-            let k0_arg = k0 as i64;
             let cnt_arg = cnt as i64;
             let (cfg, _) = self.geometry::<T>(&tk, "householder_tridiag", tnstar, cnt)?;
             match (idx, &mut gathered) {
                 (Some(list), Some((a_s, b_s))) => {
-                    let gcfg = LaunchConfig {
-                        grid_dim: ((cnt * n * n).div_ceil(256).clamp(1, 1 << 20) as u32, 1, 1),
-                        block_dim: (256, 1, 1),
-                        shared_mem_bytes: 0,
-                    };
-                    let mut launch = self
-                        .stream
-                        .launch_builder(kernel.function("gather_systems"));
-                    launch
-                        .arg(a)
-                        .arg(b)
-                        .arg(list)
-                        .arg(&k0_arg)
-                        .arg(&cnt_arg)
-                        .arg(&mut *a_s)
-                        .arg(&mut *b_s);
-                    // SAFETY: `gather_systems_{f32,f64}` takes (const real* A, const real*
-                    // B, const unsigned* idx, long long k0, long long cnt, real* As, real*
-                    // Bs) with real = T; idx holds at least k0 + cnt indices < batch (the
-                    // caller's list), As and Bs hold chunk >= cnt systems.
-                    unsafe { launch.launch(gcfg) }?;
+                    self.gather_systems(kernel, n, a, b, list, k0, cnt, a_s, b_s)?;
                     let mut launch = self
                         .stream
                         .launch_builder(tk.function("householder_tridiag"));
@@ -839,27 +869,9 @@ impl GpuBatchSolver {
                 let cnt_arg = cnt as i64;
                 let info = match (&list1, &mut gathered) {
                     (Some(l1), Some((a_s, b_s))) => {
-                        let f = dck.function("gather_systems");
-                        let cfg = LaunchConfig {
-                            grid_dim: ((cnt * n * n).div_ceil(256).clamp(1, 1 << 20) as u32, 1, 1),
-                            block_dim: (256, 1, 1),
-                            shared_mem_bytes: 0,
-                        };
-                        let mut launch = self.stream.launch_builder(f);
-                        launch
-                            .arg(a)
-                            .arg(b)
-                            .arg(l1)
-                            .arg(&k0_arg)
-                            .arg(&cnt_arg)
-                            .arg(&mut *a_s)
-                            .arg(&mut *b_s);
-                        // SAFETY: `gather_systems_{f32,f64}` takes (const real* A, const
-                        // real* B, const unsigned* idx, long long k0, long long cnt,
-                        // real* As, real* Bs); idx[k0..k0+cnt] are system numbers < batch
-                        // written by ldlt_check (count read back above), As and Bs hold
-                        // `chunk >= cnt` systems; A, B, idx are read only.
-                        unsafe { launch.launch(cfg) }?;
+                        // l1[k0..k0 + cnt]: system numbers < batch written by ldlt_check
+                        // (count read back above).
+                        self.gather_systems(&dck, n, a, b, &l1.as_view(), k0, cnt, a_s, b_s)?;
                         self.solve_batched_gpu(
                             n,
                             &a_s.slice(0..cnt * n * n),
