@@ -560,30 +560,27 @@ impl GpuBatchSolver {
             let cnt = chunk.min(count - k0);
             let cnt_arg = cnt as i64;
             let (cfg, _) = self.geometry::<T>(&tk, "householder_tridiag", tnstar, cnt)?;
-            match (idx, &mut gathered) {
+            // The first kernel reads cnt contiguous systems: the gathered copies of the
+            // listed ones, or the systems k0..k0 + cnt of the batch.
+            let (a_c, b_c) = match (idx, &mut gathered) {
                 (Some(list), Some((a_s, b_s))) => {
                     self.gather_systems(kernel, n, a, b, list, k0, cnt, a_s, b_s)?;
-                    let mut launch = self
-                        .stream
-                        .launch_builder(tk.function("householder_tridiag"));
-                    launch.arg(&*a_s).arg(&*b_s).arg(&mut tri).arg(&cnt_arg);
-                    // SAFETY: `householder_tridiag_{f32,f64}` takes (const real* A, const
-                    // real* B, real* TRI, long long batch) with real = T; As and Bs hold at
-                    // least cnt systems, tri cnt records of `tri_stride(n)` reals; each
-                    // group writes only its own system's record.
-                    unsafe { launch.launch(cfg) }?;
+                    (a_s.slice(0..cnt * n * n), b_s.slice(0..cnt * n))
                 }
-                _ => {
-                    let a_c = a.slice(k0 * n * n..(k0 + cnt) * n * n);
-                    let b_c = b.slice(k0 * n..(k0 + cnt) * n);
-                    let mut launch = self
-                        .stream
-                        .launch_builder(tk.function("householder_tridiag"));
-                    launch.arg(&a_c).arg(&b_c).arg(&mut tri).arg(&cnt_arg);
-                    // SAFETY: as above, on the systems k0..k0 + cnt of A and B.
-                    unsafe { launch.launch(cfg) }?;
-                }
-            }
+                _ => (
+                    a.slice(k0 * n * n..(k0 + cnt) * n * n),
+                    b.slice(k0 * n..(k0 + cnt) * n),
+                ),
+            };
+            let mut launch = self
+                .stream
+                .launch_builder(tk.function("householder_tridiag"));
+            launch.arg(&a_c).arg(&b_c).arg(&mut tri).arg(&cnt_arg);
+            // SAFETY: `householder_tridiag_{f32,f64}` takes (const real* A, const real* B,
+            // real* TRI, long long batch) with real = T; a_c and b_c hold cnt systems, tri
+            // at least cnt records of `tri_stride(n)` reals; each group writes only its own
+            // system's record.
+            unsafe { launch.launch(cfg) }?;
             let (cfg, dinfo) = self.dc_geometry(kernel, smem, cnt)?;
             self.launch_dc_entry(
                 kernel,
