@@ -116,7 +116,8 @@ enum Phase {
     Build,
     Solve,
     Exposure,
-    /// The engine stream waiting for the path stream: in the profile only.
+    /// The engine stream waiting (for the path stream, or idle while the host works between
+    /// dates): in the profile only, booked to no phase.
     Wait,
 }
 
@@ -992,6 +993,12 @@ impl<T: GpuReal> GpuEngine<T> {
                 }
             }
             let set = k % 2;
+            // Closes the interval since the engine stream's last work (the previous date's,
+            // or the chunk's start): the stream idles while the host waits at the end of the
+            // previous date (step counts, clock flushes) and queues this one, and, with one
+            // stream, runs the path kernels queued above (timed on `pclock`). Booked to no
+            // phase, so that `pay maturing` is that work alone.
+            clock.mark(stream, Phase::Wait, "engine stream idle between dates")?;
             let mut values = netted.slice_mut(k * m0 + c0..k * m0 + c0 + c);
             stream.memset_zeros(&mut values)?;
             let outer_k = b.outer.slice(k * d..c * outer_stride);
