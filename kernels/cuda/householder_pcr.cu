@@ -260,13 +260,29 @@ __device__ __forceinline__ void hh_dlarfg(real xs, real alpha, real& tau, real& 
 #endif
 }
 
+// Step N - 2 of dsytd2 reduces an empty x: dlarfg returns tau = 0 and beta = alpha, so
+// H_{N-2} = I and the step only records d_{N-2} = A(N-2, N-2), e_{N-2} = A(N-1, N-2) and
+// tau_{N-2} = 0 (the full step left A and b bit for bit as they were: its p, w and the
+// update are exact zeros). x = Q z skips H_{N-2} for the same reason.
+__device__ __forceinline__ void hh_identity_step(const real (&a)[R][N], real* sd, real* se, real* stau,
+                                                 const Group& g) {
+    constexpr int I = N >= 2 ? N - 2 : 0;
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+        const int r = g.t + s * NSTAR;
+        if (g.t < NSTAR && r == I) sd[I] = a[s][I];
+        if (g.t < NSTAR && r == I + 1) se[I] = a[s][I];
+    }
+    if (g.t == 0) stau[I] = 0;
+}
+
 #if HH_ROLL > 0
-// One reflector step i (runtime, B <= i < B + HH_ROLL, i <= N - 2) of phase B.
+// One reflector step i (runtime, B <= i < B + HH_ROLL, i < N - 2) of phase B.
 template <int B>
 __device__ __forceinline__ void hh_step(const int i, real (&a)[R][N], real (&b)[R], real* sv, real* sw, real* sd,
                                         real* se, real* stau, real* sA, real* sc, const Group& g,
                                         real* red_scratch) {
-    constexpr int KE = (B + HH_ROLL < N - 1) ? B + HH_ROLL : N - 1;  // i in [B, KE)
+    constexpr int KE = (B + HH_ROLL < N - 2) ? B + HH_ROLL : N - 2;  // i in [B, KE)
     real* v_sh = sv + (i & 1) * N;
     real* w_sh = sw + (i & 1) * N;
     // Column i of the rows r >= i (A(i, i) and the column below it).
@@ -409,14 +425,15 @@ __device__ __forceinline__ void hh_step(const int i, real (&a)[R][N], real (&b)[
     }
 }
 
-// Phases B, B + HH_ROLL, ... up to step N - 2, each a rolled loop over its steps.
+// Phases B, B + HH_ROLL, ... up to step N - 3, each a rolled loop over its steps.
 template <int B>
 __device__ __forceinline__ void hh_phases(real (&a)[R][N], real (&b)[R], real* sv, real* sw, real* sd, real* se,
                                           real* stau, real* sA, real* sc, const Group& g, real* red_scratch) {
-    constexpr int E = (B + HH_ROLL < N - 1) ? B + HH_ROLL : N - 1;
+    // Steps B .. E - 1 of this phase; the last phase stops before the identity step N - 2.
+    constexpr int E = (B + HH_ROLL < N - 2) ? B + HH_ROLL : N - 2;
 #pragma unroll 1
     for (int i = B; i < E; ++i) hh_step<B>(i, a, b, sv, sw, sd, se, stau, sA, sc, g, red_scratch);
-    if constexpr (E < N - 1) hh_phases<E>(a, b, sv, sw, sd, se, stau, sA, sc, g, red_scratch);
+    if constexpr (E < N - 2) hh_phases<E>(a, b, sv, sw, sd, se, stau, sA, sc, g, red_scratch);
 }
 #endif
 
@@ -527,10 +544,10 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
     // Tridiagonalization.
 #if HH_ROLL > 0
     // sx is free until PCR is done: it carries row i in the HH_COLSH steps.
-    if constexpr (N > 1) hh_phases<0>(a, b, sv, sw, sd, se, stau, sbase + buf * PA, sx, g, red_scratch);
+    if constexpr (N > 2) hh_phases<0>(a, b, sv, sw, sd, se, stau, sbase + buf * PA, sx, g, red_scratch);
 #else
 #pragma unroll
-    for (int i = 0; i + 1 < N; ++i) {
+    for (int i = 0; i + 2 < N; ++i) {
         real* v_sh = sv + (i & 1) * N;
         real* w_sh = sw + (i & 1) * N;
         real xs = 0, alpha = 0;
@@ -651,6 +668,7 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
         if (g.t == i % NSTAR) sd[i] = a[i / NSTAR][i];
     }
 #endif
+    if constexpr (N > 1) hh_identity_step(a, sd, se, stau, g);
     if (g.t == (N - 1) % NSTAR) sd[N - 1] = a[(N - 1) / NSTAR][N - 1];
     group_sync();
 
@@ -674,10 +692,12 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
 #pragma unroll
                 for (int k = 0; k + 1 < N; ++k) {
 #if HH_ROLL > 0 && HH_VSH
-                    const real vk = r >= k + 1 ? sA[packed_col(k) + r - k] : (real)0;
+                    real vk = r >= k + 1 ? sA[packed_col(k) + r - k] : (real)0;
 #else
-                    const real vk = r >= k + 1 ? a[s][k] : (real)0;
+                    real vk = r >= k + 1 ? a[s][k] : (real)0;
 #endif
+                    // The identity step N - 2 wrote no reflector: v = e_{N-1} (tau = 0).
+                    if (k == N - 2) vk = r == N - 1 ? (real)1 : (real)0;
                     rec[4 * N + k * N + r] = vk;
                 }
             }
@@ -752,7 +772,7 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
 #if HH_ROLL > 0 && HH_VSH
     // v_i from the packed column i of the shared A (rows i+1..n-1), a rolled loop.
 #pragma unroll 1
-    for (int i = N - 2; i >= 0; --i) {
+    for (int i = N - 3; i >= 0; --i) {  // H_{N-2} = I
         const real tau = stau[i];
         const real* vcol = sA + packed_col(i) - i;
         real vi[R];
@@ -781,7 +801,7 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
     async_copy_wait<0>();
 #else
 #pragma unroll
-    for (int i = N - 2; i >= 0; --i) {
+    for (int i = N - 3; i >= 0; --i) {  // H_{N-2} = I
         const real tau = stau[i];
         real dot = 0;
 #pragma unroll
