@@ -261,19 +261,35 @@ __device__ __forceinline__ void hh_dlarfg(real xs, real alpha, real& tau, real& 
 }
 
 // Step N - 2 of dsytd2 reduces an empty x: dlarfg returns tau = 0 and beta = alpha, so
-// H_{N-2} = I and the step only records d_{N-2} = A(N-2, N-2), e_{N-2} = A(N-1, N-2) and
+// H_{N-2} = I and the step only records d_{N-2} = A(N-2, N-2), e_{N-2} = alpha and
 // tau_{N-2} = 0 (the full step left A and b bit for bit as they were: its p, w and the
-// update are exact zeros). x = Q z skips H_{N-2} for the same reason.
+// update are exact zeros). alpha is A(N-1, N-2), or A(N-2, N-1) from row N-2 where the
+// rolled steps read the column from the row (HH_COLSH), as the full step did. x = Q z
+// skips H_{N-2} for the same reason.
 __device__ __forceinline__ void hh_identity_step(const real (&a)[R][N], real* sd, real* se, real* stau,
                                                  const Group& g) {
     constexpr int I = N >= 2 ? N - 2 : 0;
+    constexpr int J = I + 1 < N ? I + 1 : I;
+#if NSTAR > 32
 #pragma unroll
     for (int s = 0; s < R; ++s) {
         const int r = g.t + s * NSTAR;
         if (g.t < NSTAR && r == I) sd[I] = a[s][I];
-        if (g.t < NSTAR && r == I + 1) se[I] = a[s][I];
+        if (g.t < NSTAR && r == J) se[I] = a[s][I];
     }
     if (g.t == 0) stau[I] = 0;
+#else
+#if HH_ROLL > 0 && HH_COLSH
+    const real e = group_bcast(a[I / NSTAR][J], g, I % NSTAR);
+#else
+    const real e = group_bcast(a[J / NSTAR][I], g, J % NSTAR);
+#endif
+    if (g.t == I % NSTAR) sd[I] = a[I / NSTAR][I];
+    if (g.t == 0) {
+        se[I] = e;
+        stau[I] = 0;
+    }
+#endif
 }
 
 #if HH_ROLL > 0
