@@ -2,8 +2,9 @@
 //
 // Random numbers: Philox4x32-10 keyed by the 64-bit seed (low word first), counter
 // [block, inner_path, date, outer_path] with inner_path = 0xffffffff for an outer path;
-// uniforms (u + 0.5) / 2^32; Box-Muller in double: r = sqrt(-2 ln u1),
-// (z0, z1) = (r cos(2 pi u2), r sin(2 pi u2)); four normals per Philox block, in order.
+// Box-Muller in single precision on words w1, w2 (src/rng.rs box_muller, bit for bit):
+// r = sqrt(-2 ln u1), u1 = (w1 + 0.5) / 2^32, (z0, z1) = (r cos a, r sin a) with
+// a = 2 pi (w2 + 0.5) / 2^32, as doubles; four normals per Philox block, in order.
 // A path's normals are drawn in one run: step s, asset i uses draw s * d + i.
 //
 // Dynamics: exact GBM step S_i <- S_i * exp(drift_i + vol_i * w_i), w = C z with C the
@@ -11,9 +12,9 @@
 // w_i = sum_{k<=i} C_ik z_k runs from 0.0 in increasing k, as on the CPU.
 //
 // Compiled by NVRTC with --fmad=false --prec-div=true --prec-sqrt=true: every +, *, /,
-// sqrt rounds as in Rust; log, sin, cos and exp are this file's own (below; within an
-// ulp of the correctly rounded values, as the CPU's libm is), so normals and states
-// agree to a few ulps, raw Philox words bitwise.
+// sqrt rounds as in Rust. Box-Muller uses only IEEE-rounded f32 +, *, fma and sqrt, so
+// raw Philox words and normals are bitwise the CPU's; exp is this file's own (below;
+// within an ulp of the CPU's libm), so states agree to a few ulps.
 //
 // Two sets of path kernels share the random numbers and the step's arithmetic:
 // - generic (`inner_paths`, `outer_paths`): d, drift, vol and the factor at run time; the
@@ -27,7 +28,8 @@
 //   constant operands, its d sums are independent chains, and the exp of asset k starts
 //   as soon as its sum is complete. A step's normals are generated PATHS_CHUNK assets
 //   ahead of their use, two Philox blocks at a time, into a per-thread ring of chunk + 3
-//   (rounded up to a multiple of 4) in shared memory; the states stay in shared memory and
+//   (rounded up to a multiple of 4) floats in shared memory (the normals are f32 values,
+//   widened to double where used); the states stay in shared memory and
 //   leave, after each step, through a block-wide copy whose consecutive threads write
 //   consecutive addresses. Same operations in the same order as the generic kernels:
 //   bitwise the same results.
@@ -61,41 +63,12 @@ __device__ __forceinline__ U32x4 philox4x32_10(U32x4 c, unsigned k0, unsigned k1
     return c;
 }
 
-// (u + 0.5) / 2^32 as one fused multiply-add: u 2^-32 + 2^-33 is exact in double (33
-// significant bits at most), so the value is the CPU's ((u as f64) + 0.5) / 2^32.
-__device__ __forceinline__ double uniform_open(unsigned u) {
-    return fma((double)u, 0x1p-32, 0x1p-33);
-}
-
-// 2 pi times uniform_open(u), rounded once: the CPU's fl(fl(2 pi) * u2). The fused
-// multiply-add rounds the exact fl(2 pi) u 2^-32 + fl(2 pi) 2^-33 = fl(2 pi) u2 (both
-// constants are fl(2 pi) scaled by powers of two, exactly), so it is the same value.
-__device__ __forceinline__ double turn_angle(unsigned u) {
-    return fma((double)u, 0x1.921fb54442d18p-30, 0x1.921fb54442d18p-31);
-}
-
-// log, sin/cos and exp of the arguments that occur here, branch-free (PATHS_MATH 1):
-// - log of a uniform (u + 0.5) / 2^32: a positive normal double. x = 2^k m with
-//   m in [sqrt(1/2), sqrt(2)), f = m - 1, s = f / (2 + f) (reciprocal: the hardware's
-//   approximation and one cubically convergent correction, s is needed only to ~2^-50),
-//   log(1 + f) = f - (hf - s (hf + R(s^2))) with hf = f^2 / 2, R(z) = z P(z) for
-//   log((1+s)/(1-s)) - 2s = s R(s^2), then + k ln 2 (ln 2 in two parts);
-// - sin and cos of a = 2 pi u2 in [0, 2 pi]: a = q pi/2 + r, q = rint(2a/pi) from the
-//   low word of a + 1.5 2^52, r = rh + cc with rh = a - q PIO2_HI exact (|rh| < 1 is
-//   a multiple of 2^-53) and cc = -q PIO2_MID carried as a correction; sin r =
-//   rh + (rh z S(z) + cc (1 - z/2)), cos r = (1 - z/2) + (z^2 C(z) + the rounding errors
-//   of 1 - z/2 and of z = rh^2, - cc rh), z = rh^2; the quadrant picks and signs them;
-// - exp of |x| < 708 (others take CUDA's exp): Tang's table method, see exp_step.
-// Polynomials: Chebyshev fits (mpmath, 60 digits) of degree 6 (P, z <= 0.0295), 6 (S)
-// and 5 (C, z <= (pi/4)^2). Against correctly rounded values (double arithmetic simulated
-// exactly, 20,000 arguments each): log 0.77, sin 0.67, cos 0.70 ulp at most. exp: at most
+// exp of |x| < 708 (others take CUDA's exp): Tang's table method, see exp_step; at most
 // 1 ulp from the CPU's exp, bitwise on 99.5% of 3.2 million arguments (gpu_paths,
 // thirteenth session; the degree-10 polynomial it replaced was within 0.93 ulp of the
-// correctly rounded values). The CPU's libm is itself within an ulp, so normals and
-// states stay within a few ulps of the CPU's, as with CUDA's functions. PATHS_MATH 0
-// takes CUDA's log, sincos and exp instead (for comparison). The coefficients live in
-// constant memory (PATHS_K_CONST below); loading them once into registers was measured no
-// faster (152 registers: one block fewer per SM).
+// correctly rounded values). PATHS_MATH 0 takes CUDA's exp instead (for comparison). The
+// coefficients live in constant memory (PATHS_K_CONST below); loading them once into
+// registers was measured no faster (152 registers: one block fewer per SM).
 #ifndef PATHS_MATH
 #define PATHS_MATH 1
 #endif
@@ -107,31 +80,15 @@ __device__ __forceinline__ double turn_angle(unsigned u) {
 #define PATHS_EXP_FALLBACK 0
 #endif
 #define K_32LOG2E 0   // 32 / ln 2
-#define K_LN2_32_LO 1 // (ln 2 - LN2_HI) / 32
-#define K_LN2_LO 2    // ln 2 - LN2_HI
-#define K_EXP 3       // 5: 1/2!, 1/3!, 1/4!, 1/5!, 1/6! (Taylor: |r| <= ln 2 / 64)
-#define K_LGP 8       // 7: P_0 .. P_6
-#define K_2OPI 15
-#define K_PIO2_HI 16
-#define K_PIO2_MID 17
-#define K_SIN 18      // 7: S_0 .. S_6
-#define K_COS 25      // 6: C_0 .. C_5
-#define K_COUNT 31
-#define LN2_HI 0x1.62e42p-1  // 20 significant bits (low word zero): k LN2_HI exact
-#define LN2_32_HI 0x1.62e42p-6  // LN2_HI / 32: m LN2_32_HI exact for |m| < 2^33
+#define K_LN2_32_LO 1 // (ln 2 - 0x1.62e42p-1) / 32
+#define K_EXP 2       // 5: 1/2!, 1/3!, 1/4!, 1/5!, 1/6! (Taylor: |r| <= ln 2 / 64)
+#define K_COUNT 7
+#define LN2_32_HI 0x1.62e42p-6  // ln 2 / 32 to 20 bits: m LN2_32_HI exact for |m| < 2^33
 #define ROUND_MAGIC 0x1.8p52
 #define PATHS_K_VALUES \
-    0x1.71547652b82fep+5, 0x1.fdf473de6af28p-27, 0x1.fdf473de6af28p-22, \
-    0x1.0000000000000p-1, 0x1.5555555555555p-3, 0x1.5555555555555p-5, \
-    0x1.1111111111111p-7, 0x1.6c16c16c16c17p-10, 0x1.5555555555558p-1, \
-    0x1.99999999952e2p-2, 0x1.2492492df14bfp-2, 0x1.c71c62e57c0cfp-3, \
-    0x1.7462b4ac51915p-3, 0x1.39fe603f8739ep-3, 0x1.2b584c80de001p-3, \
-    0x1.45f306dc9c883p-1, 0x1.921fb54442d18p+0, 0x1.1a62633145c07p-54, \
-    -0x1.5555555555555p-3, 0x1.1111111111110p-7, -0x1.a01a01a019937p-13, \
-    0x1.71de3a54607a5p-19, -0x1.ae64541295cdfp-26, 0x1.61217ee5cca1bp-33, \
-    -0x1.ab17bdcbd3414p-41, 0x1.5555555555555p-5, -0x1.6c16c16c16967p-10, \
-    0x1.a01a019f4e9b4p-16, -0x1.27e4fa17bf139p-22, 0x1.1eeb68cd22f56p-29, \
-    -0x1.907d8f29fe831p-37 \
+    0x1.71547652b82fep+5, 0x1.fdf473de6af28p-27, 0x1.0000000000000p-1, \
+    0x1.5555555555555p-3, 0x1.5555555555555p-5, 0x1.1111111111111p-7, \
+    0x1.6c16c16c16c17p-10 \
 
 struct MathK {
     double c[K_COUNT];
@@ -169,64 +126,6 @@ __constant__ double2 PATHS_EXP_T[32] = {
     {0x1.d5818dcfba487p+0, 0x1.2ed02d75b3707p-55}, {0x1.dfc97337b9b5fp+0, -0x1.1a5cd4f184b5cp-54},
     {0x1.ea4afa2a490dap+0, -0x1.e9c23179c2893p-54}, {0x1.f50765b6e4540p+0, 0x1.9d3e12dd8a18bp-54}};
 
-__device__ __forceinline__ double log_unit(double x) {
-#if PATHS_MATH
-    int hx = __double2hiint(x);
-    const int lx = __double2loint(x);
-    hx += 0x3ff00000 - 0x3fe6a09e;
-    const double kd = (double)((hx >> 20) - 0x3ff);
-    hx = (hx & 0x000fffff) + 0x3fe6a09e;
-    const double f = __hiloint2double(hx, lx) - 1.0;
-    const double d = 2.0 + f;
-    double y;
-    asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(y) : "d"(d));
-    const double e = fma(-d, y, 1.0);
-    y = fma(y, fma(e, e, e), y);
-    const double s = f * y;
-    const double z = s * s;
-    double p = KC(K_LGP + 6);
-#pragma unroll
-    for (int j = 5; j >= 0; --j) p = fma(p, z, KC(K_LGP + j));
-    const double hf = (0.5 * f) * f;
-    const double t = fma(s, hf + z * p, kd * KC(K_LN2_LO));
-    return fma(kd, LN2_HI, f - (hf - t));
-#else
-    return log(x);
-#endif
-}
-
-__device__ __forceinline__ void sincos_turn(double a, double* sp, double* cp) {
-#if PATHS_MATH
-    const double t = fma(a, KC(K_2OPI), ROUND_MAGIC);
-    const double qd = t - ROUND_MAGIC;
-    const int q = __double2loint(t);
-    const double rh = fma(-qd, KC(K_PIO2_HI), a);
-    const double cc = -qd * KC(K_PIO2_MID);
-    const double z = rh * rh;
-    const double ez = fma(rh, rh, -z);
-    const double h = 0.5 * z;
-    const double w = 1.0 - h;
-    double ps = KC(K_SIN + 6);
-#pragma unroll
-    for (int j = 5; j >= 0; --j) ps = fma(ps, z, KC(K_SIN + j));
-    const double sr = rh + fma(rh * z, ps, cc * w);
-    double pc = KC(K_COS + 5);
-#pragma unroll
-    for (int j = 4; j >= 0; --j) pc = fma(pc, z, KC(K_COS + j));
-    double tail = (1.0 - w) - h;
-    tail = fma(-0.5, ez, tail);
-    tail = fma(-cc, rh, tail);
-    const double cr = w + fma(z * z, pc, tail);
-    const double s0 = (q & 1) ? cr : sr;
-    const double c0 = (q & 1) ? sr : cr;
-    // The quadrant's signs flip the sign bits (integer operations, not FP64 negations).
-    *sp = __hiloint2double(__double2hiint(s0) ^ ((q & 2) << 30), __double2loint(s0));
-    *cp = __hiloint2double(__double2hiint(c0) ^ (((q + 1) & 2) << 30), __double2loint(c0));
-#else
-    sincos(a, sp, cp);
-#endif
-}
-
 // Out of the fast path's range: CUDA's exp, out of line (one copy, not one per asset).
 __device__ __noinline__ double exp_outside(double x) { return exp(x); }
 
@@ -261,33 +160,83 @@ __device__ __forceinline__ double exp_step(double x, const double2* tab) {
 #endif
 }
 
-// Square root of t in [2^-970, DBL_MAX] (here t = -2 ln u1 in [2.3e-10, 45.8]): the
-// sequence of the fast path of CUDA's correctly rounded sqrt (an estimate y of 1 / sqrt(t),
-// y1 = y + (1/2 + 3/8 e) y e with e = 1 - t y^2, s = t y1 and the correction
-// s + (t - s^2) y1 / 2), without the range test and its branch to the slow path, which
-// this range never takes. Correctly rounded: the same bits as sqrt (gpu_paths checks it
-// against the CPU's on 6.5 million arguments over the whole range, none differ). The
-// branch's call constrained the registers of the whole unrolled step: measured (H100,
-// basket29 100k, path kernel alone) 0.305 -> 0.286 s (benches/RESULTS.md, thirteenth
-// session).
-__device__ __forceinline__ double sqrt_pos(double t) {
-    double y;
-    asm("rsqrt.approx.ftz.f64 %0, %1;" : "=d"(y) : "d"(t));
-    const double e = fma(-t, y * y, 1.0);
-    const double y1 = fma(fma(e, 0.375, 0.5), y * e, y);
-    const double s = t * y1;
-    return fma(fma(-s, s, t), 0.5 * y1, s);
+// ---- Box-Muller in single precision (src/rng.rs box_muller: the same operations, so
+// the same bits). Polynomials: Chebyshev fits (mpmath, 40 digits) rounded to f32. Against
+// the double-precision transform on the same words the normals are within 7.9e-7 (3.0e-7
+// relative where |z| >= 1e-3; src/rng.rs normals_are_close_to_double_precision_box_muller).
+// Measured (H100, basket29 100k, path kernel alone): 0.256 -> 0.175 s with the ring of
+// the fixed kernels in floats (benches/RESULTS.md, twentieth session): the FP64 work of
+// the kernel more than halves (971 -> 435 FP64 instructions in its SASS).
+
+// ln u for u = (w + 0.5) / 2^32: below sqrt(1/2) (w < 0xB504F334) u = 2^k m with m in
+// [sqrt(1/2), sqrt(2)) and f = m - 1 (exact); above it f = -v with v = 1 - u =
+// (~w + 0.5) / 2^32 from the word (u rounded to f32 would lose 1 - u's low bits). Then
+// ln(1 + f) = f + f^2 P(f), P of degree 8 on [sqrt(1/2) - 1, sqrt(2) - 1], + k ln 2 in
+// two parts. Both candidates are formed and one selected (no branch).
+__device__ __forceinline__ float ln_uniform_f32(unsigned w) {
+    const float u = fmaf((float)w, 0x1p-32f, 0x1p-33f);
+    const float v = fmaf((float)(~w), 0x1p-32f, 0x1p-33f);
+    const bool above = w >= 0xB504F334u;
+    int ix = __float_as_int(u) + (0x3f800000 - 0x3f3504f3);
+    const float kf = above ? 0.0f : (float)((ix >> 23) - 0x7f);
+    ix = (ix & 0x007fffff) + 0x3f3504f3;
+    const float f = above ? -v : __int_as_float(ix) - 1.0f;
+    float p = -0x1.3a4ff6p-4f;
+    p = fmaf(p, f, 0x1.048f72p-3f);
+    p = fmaf(p, f, -0x1.0cda32p-3f);
+    p = fmaf(p, f, 0x1.22ea5ap-3f);
+    p = fmaf(p, f, -0x1.548382p-3f);
+    p = fmaf(p, f, 0x1.99a012p-3f);
+    p = fmaf(p, f, -0x1.00020cp-2f);
+    p = fmaf(p, f, 0x1.555554p-2f);
+    p = fmaf(p, f, -0x1.fffffep-2f);
+    const float l = fmaf(f * f, p, f);
+    return fmaf(kf, 0x1.62e430p-1f, fmaf(kf, -0x1.05c610p-29f, l));
 }
 
-// z0 = r cos a, z1 = r sin a with r = sqrt(-2 ln u1), a = 2 pi u2, u1 = uniform_open(w1),
-// u2 = uniform_open(w2): the CPU's expressions.
+// Square root of t in [2^-100, 2^126]: the fast path of CUDA's correctly rounded sqrtf
+// (an estimate y of 1 / sqrt(t), s = t y, s + (t - s^2) y / 2), without its range test and
+// the branch to the slow path, which -2 ln u in [2^-32, 46] never takes: the same bits
+// as an IEEE square root (gpu_paths checks every float of [2^-34, 64) against sqrtf).
+__device__ __forceinline__ float sqrt_pos_f32(float t) {
+    float y;
+    asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(t));
+    const float s = t * y;
+    const float h = y * 0.5f;
+    return fmaf(fmaf(-s, s, t), h, s);
+}
+
+// z0 = r cos a, z1 = r sin a in single precision. The angle from the word: quadrant
+// q = (w2 + 2^29) >> 30 (mod 4), a = q pi/2 + pi f / 2 with f = (d + 0.5) / 2^30 in
+// [-1/2, 1/2], d = w2 - q 2^30 as a signed integer; sin(pi f / 2) = f S(f^2),
+// cos(pi f / 2) = 1 + f^2 C(f^2) (S, C of degree 3); the quadrant swaps them and flips
+// the signs (integer operations on the sign bits).
+__device__ __forceinline__ void box_muller_f32(unsigned w1, unsigned w2, float* z0, float* z1) {
+    const float r = sqrt_pos_f32(-2.0f * ln_uniform_f32(w1));
+    const unsigned q = (w2 + 0x20000000u) >> 30;
+    const int d = (int)(w2 - (q << 30));
+    const float f = fmaf((float)d, 0x1p-30f, 0x1p-31f);
+    const float z = f * f;
+    float ps = -0x1.2d9b40p-8f;
+    ps = fmaf(ps, z, 0x1.465ec4p-4f);
+    ps = fmaf(ps, z, -0x1.4abbbap-1f);
+    ps = fmaf(ps, z, 0x1.921fb6p+0f);
+    const float sr = f * ps;
+    float pc = -0x1.4e5e06p-6f;
+    pc = fmaf(pc, z, 0x1.03af58p-2f);
+    pc = fmaf(pc, z, -0x1.3bd392p+0f);
+    const float cr = fmaf(pc, z, 1.0f);
+    const float s0 = (q & 1) ? cr : sr;
+    const float c0 = (q & 1) ? sr : cr;
+    *z0 = r * __int_as_float(__float_as_int(c0) ^ (((q + 1) & 2) << 30));
+    *z1 = r * __int_as_float(__float_as_int(s0) ^ ((q & 2) << 30));
+}
+
 __device__ __forceinline__ void box_muller(unsigned w1, unsigned w2, double* z0, double* z1) {
-    const double r = sqrt_pos(-2.0 * log_unit(uniform_open(w1)));
-    const double a = turn_angle(w2);
-    double s, c;
-    sincos_turn(a, &s, &c);
-    *z0 = r * c;
-    *z1 = r * s;
+    float a, b;
+    box_muller_f32(w1, w2, &a, &b);
+    *z0 = (double)a;
+    *z1 = (double)b;
 }
 
 // The normal stream of one (outer path, date, inner path), consumed in order.
@@ -319,6 +268,19 @@ __device__ __forceinline__ void stream_block(const NormalStream& s, unsigned blo
     const U32x4 r = philox4x32_10(c, s.key0, s.key1);
     box_muller(r.x, r.y, z0, z1);
     box_muller(r.z, r.w, z2, z3);
+}
+
+// stream_block's normals as the f32 values they are (the fixed kernels' ring).
+__device__ __forceinline__ void stream_block_f32(const NormalStream& s, unsigned block, float* z0,
+                                                 float* z1, float* z2, float* z3) {
+    U32x4 c;
+    c.x = block;
+    c.y = s.inner;
+    c.z = s.date;
+    c.w = s.outer;
+    const U32x4 r = philox4x32_10(c, s.key0, s.key1);
+    box_muller_f32(r.x, r.y, z0, z1);
+    box_muller_f32(r.z, r.w, z2, z3);
 }
 
 __device__ __forceinline__ double stream_next(NormalStream& s) {
@@ -378,11 +340,16 @@ extern "C" __global__ void exp_step_values(const double* __restrict__ x, double*
     if (q < n) out[q] = exp_step(x[q], PATHS_EXP_T);
 }
 
-// out[q] = sqrt_pos(t[q]) for q < n (for tests: compared with the CPU's sqrt).
-extern "C" __global__ void sqrt_pos_values(const double* __restrict__ t, double* __restrict__ out,
-                                           long long n) {
+// The number of floats with bit patterns lo + q (q < n) where sqrt_pos_f32 differs from
+// the IEEE square root __fsqrt_rn, added to *mismatches (for tests: every float of
+// Box-Muller's range).
+extern "C" __global__ void sqrt_pos_f32_mismatches(unsigned lo, long long n,
+                                                   unsigned long long* __restrict__ mismatches) {
     const long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (q < n) out[q] = sqrt_pos(t[q]);
+    if (q >= n) return;
+    const float t = __int_as_float((int)(lo + (unsigned)q));
+    if (__float_as_int(sqrt_pos_f32(t)) != __float_as_int(__fsqrt_rn(t)))
+        atomicAdd(mismatches, 1ull);
 }
 
 // The first `count` normals of the stream (seed, outer, date, inner): thread q writes
@@ -519,13 +486,13 @@ __device__ __forceinline__ void fixed_keys(NormalStream& s) {
 // Normals of the stream up to draw `end` (exclusive) into the ring (row = draw mod RING),
 // continuing from Philox block *next; at most 3 draws beyond `end` are generated, and
 // the ring keeps them until the next step uses them.
-__device__ __forceinline__ void fill_ring(double* zr, unsigned* next, unsigned end,
+__device__ __forceinline__ void fill_ring(float* zr, unsigned* next, unsigned end,
                                           const NormalStream& ns) {
     unsigned b = *next;
     PATHS_UNROLL_BY(PATHS_FILL_UNROLL)
     for (; 4u * b < end; ++b) {
-        double z0, z1, z2, z3;
-        stream_block(ns, b, &z0, &z1, &z2, &z3);
+        float z0, z1, z2, z3;
+        stream_block_f32(ns, b, &z0, &z1, &z2, &z3);
         const unsigned row = (4u * b) % RING;
         zr[row * LDX] = z0;
         zr[(row + 1) * LDX] = z1;
@@ -541,7 +508,7 @@ __device__ __forceinline__ void fill_ring(double* zr, unsigned* next, unsigned e
 // forms it (it starts from 0.0 + C_i0 z_0; starting from C_i0 z_0 changes the sum only
 // when every product is -0.0, and then only its sign, which leaves drift + vol * w and
 // the state unchanged).
-__device__ __forceinline__ void gbm_step_fixed(double* xs, double* zr, unsigned first,
+__device__ __forceinline__ void gbm_step_fixed(double* xs, float* zr, unsigned first,
                                                unsigned* next, const NormalStream& ns,
                                                const double2* et) {
     unsigned row = first % RING;
@@ -552,7 +519,7 @@ __device__ __forceinline__ void gbm_step_fixed(double* xs, double* zr, unsigned 
     for (int k = 0; k < PATHS_D; ++k) {
         if (k % PATHS_CH == 0)
             fill_ring(zr, next, first + (k + PATHS_CH < PATHS_D ? k + PATHS_CH : PATHS_D), ns);
-        const double z = zr[row * LDX];
+        const double z = (double)zr[row * LDX];
         row = row + 1 == RING ? 0u : row + 1;
 #if PATHS_FACTOR
 #pragma unroll
@@ -583,7 +550,7 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
                   double* __restrict__ cash, unsigned* __restrict__ cash_date,
                   double* __restrict__ y) {
     __shared__ double xs_all[PATHS_BLOCK * SXS];
-    __shared__ double zr_all[RING * LDX];
+    __shared__ float zr_all[RING * LDX];
     __shared__ long long base_all[PATHS_BLOCK];
     __shared__ double2 et[32];
     const int tid = threadIdx.x;
@@ -599,7 +566,7 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
     }
     base_all[tid] = live ? (l * steps * (long long)inner + mm) * PATHS_D : -1;
     double* xs = xs_all + tid * SXS;
-    double* zr = zr_all + tid;
+    float* zr = zr_all + tid;
     NormalStream ns;
     stream_init(ns, seed, first_outer + (unsigned)l, date, (unsigned)mm);
     fixed_keys(ns);
@@ -681,14 +648,14 @@ extern "C" __global__ void __launch_bounds__(PATHS_BLOCK)
 outer_paths_fixed(unsigned long long seed, unsigned first_path, long long paths, int steps,
                   const double* __restrict__ spots, double* __restrict__ out) {
     __shared__ double xs_all[PATHS_BLOCK * SXS];
-    __shared__ double zr_all[RING * LDX];
+    __shared__ float zr_all[RING * LDX];
     __shared__ double2 et[32];
     const int tid = threadIdx.x;
     exp_table_to_shared(et);
     const long long l = (long long)blockIdx.x * PATHS_BLOCK + tid;
     if (l >= paths) return;  // no block-wide synchronisation below
     double* xs = xs_all + tid * SXS;
-    double* zr = zr_all + tid;
+    float* zr = zr_all + tid;
     NormalStream ns;
     stream_init(ns, seed, first_path + (unsigned)l, 0u, OUTER_STREAM);
     fixed_keys(ns);

@@ -1,14 +1,14 @@
 //! Path generation on the GPU with the CPU engine's random numbers and dynamics
 //! (`cuda/paths.cu`): Philox4x32-10 keyed by the 64-bit seed, counter
 //! `[block, inner_path, date, outer_path]` (`inner_path = u32::MAX` for an outer path),
-//! uniforms `(u + 0.5) / 2^32`, Box–Muller in `f64`, four normals per Philox block, and
-//! the exact GBM step `S_i <- S_i exp(drift_i + vol_i (C z)_i)`.
+//! Box–Muller in single precision on the words (the CPU's `rng::box_muller`), four normals
+//! per Philox block, and the exact GBM step `S_i <- S_i exp(drift_i + vol_i (C z)_i)`.
 //!
-//! Raw Philox words are bitwise those of the CPU; normals and states differ from the
-//! CPU's only through `log`, `sin`, `cos` and `exp` (the kernels' own branch-free
-//! versions for the arguments that occur, within an ulp of the correctly rounded values
-//! as the CPU's libm is), the rest of the arithmetic being rounded identically
-//! (`--fmad=false`, IEEE division and square root).
+//! Raw Philox words and normals are bitwise those of the CPU (Box–Muller uses only
+//! IEEE-rounded f32 `+`, `*`, fused multiply-add and square root); states differ from the
+//! CPU's only through `exp` (the kernels' own branch-free version, within an ulp of the
+//! CPU's libm), the rest of the arithmetic being rounded identically (`--fmad=false`,
+//! IEEE division and square root).
 //!
 //! Markets of at most [`FIXED_MAX_ASSETS`] assets with finite parameters get kernels
 //! compiled for them (`inner_paths_fixed`, `outer_paths_fixed`): `d`, the drifts, the
@@ -44,7 +44,8 @@ pub const FIXED_MAX_ASSETS: usize = 32;
 /// Threads per block of the fixed kernels (`PATHS_BLOCK`).
 const FIXED_BLOCK: usize = 64;
 
-/// Largest |z| of a Box–Muller normal here: `sqrt(-2 ln u1)` with `u1 >= 2^-33`.
+/// Largest |z| of a Box–Muller normal here (above `sqrt(-2 ln u1)` with `u1 >= 2^-33`,
+/// 6.7637, and its f32 rounding).
 const NORMAL_MAX: f64 = 6.772;
 
 /// Whether some exp argument `drift_i + vol_i (C z)_i` can leave the kernels' fast exp's
@@ -180,7 +181,7 @@ pub struct GpuPaths {
     stream: Arc<CudaStream>,
     philox: CudaFunction,
     normals: CudaFunction,
-    sqrt_pos: CudaFunction,
+    sqrt_check: CudaFunction,
     exp_step: CudaFunction,
     outer: CudaFunction,
     inner: CudaFunction,
@@ -338,7 +339,7 @@ impl GpuPaths {
             stream: stream.clone(),
             philox: module.load_function("philox_blocks")?,
             normals: module.load_function("normal_draws")?,
-            sqrt_pos: module.load_function("sqrt_pos_values")?,
+            sqrt_check: module.load_function("sqrt_pos_f32_mismatches")?,
             exp_step: module.load_function("exp_step_values")?,
             outer: module.load_function(outer_name)?,
             inner: module.load_function(inner_name)?,
@@ -683,13 +684,25 @@ impl GpuPaths {
             .collect())
     }
 
-    /// `sqrt_pos(t[q])`, the branch-free square root of the Box-Muller transform (for
-    /// tests: it must equal the correctly rounded `t[q].sqrt()` on `[2^-970, f64::MAX]`).
+    /// How many of the floats with bit patterns `lo..hi` the branch-free square root of the
+    /// Box–Muller transform (`sqrt_pos_f32` in paths.cu) rounds differently from the
+    /// IEEE square root (`__fsqrt_rn`), one thread per float (for tests: it must be 0
+    /// over Box–Muller's range).
     ///
     /// # Errors
-    /// [`GpuError::Invalid`] for more than `u32::MAX` values, driver errors.
-    pub fn sqrt_pos(&self, t: &[f64]) -> Result<Vec<f64>, GpuError> {
-        self.elementwise(&self.sqrt_pos, t)
+    /// [`GpuError::Invalid`] for `hi < lo` or more than `u32::MAX` floats, driver errors.
+    pub fn sqrt_pos_f32_mismatches(&self, lo: u32, hi: u32) -> Result<u64, GpuError> {
+        let n = hi.checked_sub(lo).ok_or_else(|| {
+            GpuError::Invalid(format!("bit range {lo:#x}..{hi:#x} is empty or reversed"))
+        })?;
+        let mut count: CudaSlice<u64> = self.stream.clone_htod(&[0u64])?;
+        let n_arg = i64::from(n);
+        let mut l = self.stream.launch_builder(&self.sqrt_check);
+        l.arg(&lo).arg(&n_arg).arg(&mut count);
+        // SAFETY: `sqrt_pos_f32_mismatches(unsigned, long long, unsigned long long*)`;
+        // count holds one counter, threads q >= n return.
+        unsafe { l.launch(LaunchConfig::for_num_elems(n)) }?;
+        Ok(self.stream.clone_dtoh(&count)?[0])
     }
 
     /// `exp_step(x[q])`, the exponential of the GBM step (for tests: compared with the
@@ -703,7 +716,7 @@ impl GpuPaths {
     }
 
     /// `out[q] = f(x[q])` by one of the module's element-wise test kernels
-    /// (`sqrt_pos_values`, `exp_step_values`: `(const double* x, double* out, long long n)`,
+    /// (`exp_step_values`: `(const double* x, double* out, long long n)`,
     /// one thread per value), on a NaN-poisoned output.
     fn elementwise(&self, kernel: &CudaFunction, x: &[f64]) -> Result<Vec<f64>, GpuError> {
         if x.is_empty() {
