@@ -27,7 +27,7 @@
 //   step fully unrolled over the assets: the correlation's products take the factor as
 //   constant operands, its d sums are independent chains, and the exp of asset k starts
 //   as soon as its sum is complete. A step's normals are generated PATHS_CHUNK assets
-//   ahead of their use, two Philox blocks at a time, into a per-thread ring of chunk + 3
+//   ahead of their use, a Philox block at a time, into a per-thread ring of chunk + 3
 //   (rounded up to a multiple of 4) floats in shared memory (the normals are f32 values,
 //   widened to double where used); the states stay in shared memory and
 //   leave, after each step, through a block-wide copy whose consecutive threads write
@@ -445,19 +445,21 @@ extern "C" __global__ void inner_paths(unsigned long long seed, unsigned first_o
 // A step's normals are generated PATHS_CHUNK assets ahead of their use, so the ring
 // holds at most a chunk plus the 3 draws a Philox block may leave over: RING rows,
 // >= chunk + 3, a multiple of 4. A short ring keeps the block's shared memory small
-// (more blocks per SM); PATHS_CHUNK >= d generates the whole step first. Chunk 16 with
-// two Philox blocks per fill iteration: measured (H100, basket29 100k, path kernel alone,
-// benches/RESULTS.md thirteenth session) 0.275 s against 0.275 (8, as before), 0.266
-// (16 unrolled once, 20 twice), 0.270 (12 thrice, 14 twice), 0.272 (16 thrice), 0.279
-// (24 twice), 0.291-0.297 (16 or 8 unrolled four times: the step loop is then rolled; 4
-// once: 11 blocks per SM of 80 registers).
+// (more blocks per SM); PATHS_CHUNK >= d generates the whole step first. Chunk 12 with
+// one Philox block per fill iteration, the ring in floats: measured (H100, basket29 100k,
+// path kernel alone, benches/RESULTS.md twentieth session) 0.167 s against 0.175 (16
+// unrolled twice, the thirteenth session's choice for a ring of doubles and the
+// double-precision transform), 0.167 (10, 11, 13 once), 0.173 (9 and 14 once), 0.174 (8
+// once), 0.174 (16 once, 20 twice), 0.177 (16 thrice), 0.171 (29: the whole step, twice
+// or four times), 0.173-0.174 (10, 12 twice), 0.180 (24 twice), 0.182-0.191 (12 thrice,
+// 8 twice).
 #ifndef PATHS_CHUNK
-#define PATHS_CHUNK 16
+#define PATHS_CHUNK 12
 #endif
 // PATHS_FILL_UNROLL: Philox blocks per iteration of the ring's fill loop (their Box-Muller
 // transforms overlap).
 #ifndef PATHS_FILL_UNROLL
-#define PATHS_FILL_UNROLL 2
+#define PATHS_FILL_UNROLL 1
 #endif
 #define PATHS_PRAGMA(x) _Pragma(#x)
 #define PATHS_UNROLL_BY(k) PATHS_PRAGMA(unroll k)
