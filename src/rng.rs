@@ -108,9 +108,9 @@ fn ln_uniform(w: u32) -> f32 {
 /// `a = q pi/2 + pi f / 2` with `f = (d + 1/2) 2^-30` in `[-1/2, 1/2]`, `d = w2 - q 2^30`
 /// as a signed integer; `sin`/`cos` of `pi f / 2` by the polynomials above, the quadrant
 /// swapping them and setting the signs. Every operation is an IEEE-rounded f32 `+`, `*`,
-/// fused multiply-add or square root, so the GPU's path kernels (`box_muller` in
+/// fused multiply-add or square root, so the GPU's path kernels (`box_muller_f32` in
 /// `kernels/cuda/paths.cu`) draw the same bits. Against the double-precision formula
-/// (`f64::ln`, `sin_cos`) on the same words the normals are within 6e-7 (a few f32 ulps;
+/// (`f64::ln`, `sin_cos`) on the same words the normals are within 8e-7 (a few f32 ulps;
 /// `normals_are_close_to_double_precision_box_muller`). Twentieth session: the path
 /// kernel's FP64 work halves (`benches/RESULTS.md`).
 #[inline(always)]

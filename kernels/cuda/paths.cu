@@ -232,13 +232,6 @@ __device__ __forceinline__ void box_muller_f32(unsigned w1, unsigned w2, float* 
     *z1 = r * __int_as_float(__float_as_int(s0) ^ ((q & 2) << 30));
 }
 
-__device__ __forceinline__ void box_muller(unsigned w1, unsigned w2, double* z0, double* z1) {
-    float a, b;
-    box_muller_f32(w1, w2, &a, &b);
-    *z0 = (double)a;
-    *z1 = (double)b;
-}
-
 // The normal stream of one (outer path, date, inner path), consumed in order.
 struct NormalStream {
     unsigned key0, key1, inner, date, outer, block;
@@ -258,19 +251,8 @@ __device__ __forceinline__ void stream_init(NormalStream& s, unsigned long long 
     s.b0 = s.b1 = s.b2 = s.b3 = 0.0;
 }
 
-__device__ __forceinline__ void stream_block(const NormalStream& s, unsigned block, double* z0,
-                                             double* z1, double* z2, double* z3) {
-    U32x4 c;
-    c.x = block;
-    c.y = s.inner;
-    c.z = s.date;
-    c.w = s.outer;
-    const U32x4 r = philox4x32_10(c, s.key0, s.key1);
-    box_muller(r.x, r.y, z0, z1);
-    box_muller(r.z, r.w, z2, z3);
-}
-
-// stream_block's normals as the f32 values they are (the fixed kernels' ring).
+// The four normals of Philox block `block` of the stream, as the f32 values they are
+// (the fixed kernels' ring stores them so).
 __device__ __forceinline__ void stream_block_f32(const NormalStream& s, unsigned block, float* z0,
                                                  float* z1, float* z2, float* z3) {
     U32x4 c;
@@ -281,6 +263,17 @@ __device__ __forceinline__ void stream_block_f32(const NormalStream& s, unsigned
     const U32x4 r = philox4x32_10(c, s.key0, s.key1);
     box_muller_f32(r.x, r.y, z0, z1);
     box_muller_f32(r.z, r.w, z2, z3);
+}
+
+// The same normals widened to double.
+__device__ __forceinline__ void stream_block(const NormalStream& s, unsigned block, double* z0,
+                                             double* z1, double* z2, double* z3) {
+    float a0, a1, a2, a3;
+    stream_block_f32(s, block, &a0, &a1, &a2, &a3);
+    *z0 = (double)a0;
+    *z1 = (double)a1;
+    *z2 = (double)a2;
+    *z3 = (double)a3;
 }
 
 __device__ __forceinline__ double stream_next(NormalStream& s) {
