@@ -690,7 +690,7 @@ impl GpuPaths {
     /// over Box–Muller's range).
     ///
     /// # Errors
-    /// [`GpuError::Invalid`] for `hi < lo` or more than `u32::MAX` floats, driver errors.
+    /// [`GpuError::Invalid`] for `hi < lo`, driver errors.
     pub fn sqrt_pos_f32_mismatches(&self, lo: u32, hi: u32) -> Result<u64, GpuError> {
         let n = hi.checked_sub(lo).ok_or_else(|| {
             GpuError::Invalid(format!("bit range {lo:#x}..{hi:#x} is empty or reversed"))
