@@ -255,7 +255,8 @@ struct ChunkBuffers<T: GpuReal> {
     c: usize,
     /// `[l][k][i]`, `k = 0..=N`.
     outer: CudaSlice<f64>,
-    /// Inner states `[l][s][mm][i]` over the dates after `t_k`, and the cash flows, their
+    /// Inner states `[l][s][mm][i]` over the dates after `t_k` (each `[l][s]` block as
+    /// two planes of words, see `cva_kernels::cuda::paths`), and the cash flows, their
     /// dates and the discounted cash flows `y` of the backward induction: set `k % 2` for
     /// exposure date `t_k`, so that the inner paths of `t_{k+1}` (path stream) are
     /// generated while the engine stream works on those of `t_k`. Set 1 serves odd `k`
@@ -269,6 +270,9 @@ struct ChunkBuffers<T: GpuReal> {
     x: CudaSlice<T>,
     reports: CudaSlice<GpuReport>,
     counts: CudaSlice<u32>,
+    /// `[l * m + mm]`: the payoff of every inner path at the regression step's date, as
+    /// the build stores it for the exercise update that follows.
+    payoffs: CudaSlice<f64>,
     /// `[p * c + l]`: position `p` alive on outer path `l`.
     alive: CudaSlice<u8>,
     /// One [`StepRecord`] per regression step of the chunk.
@@ -620,6 +624,7 @@ impl<T: GpuReal> GpuEngine<T> {
         (2 * steps - 1) * m * d * 8
             + (n_dates + 1) * d * 8
             + 2 * m * (8 + 4 + 8)
+            + m * 8
             + (nmax * nmax + 2 * nmax) * es
             + std::mem::size_of::<GpuReport>()
             + 4
@@ -679,6 +684,7 @@ impl<T: GpuReal> GpuEngine<T> {
             x: stream.alloc_zeros(c * nmax)?,
             reports: stream.alloc_zeros(c)?,
             counts: stream.alloc_zeros(c)?,
+            payoffs: stream.alloc_zeros(c * m)?,
             alive: stream.alloc_zeros(scenario.portfolio.len().max(1) * c)?,
             records: stream.alloc_zeros(cap * STEP_RECORD_WORDS)?,
             residuals: stream.alloc_zeros(cap * c)?,
@@ -1107,6 +1113,7 @@ impl<T: GpuReal> GpuEngine<T> {
                         &mut b.a.slice_mut(0..c * n * n),
                         &mut b.b.slice_mut(0..c * n),
                         &mut b.counts.slice_mut(0..c),
+                        &mut b.payoffs.slice_mut(0..c * m),
                     )?;
                     clock.mark(stream, Phase::Build, "regression build")?;
                     self.kernels.select::<T>(
@@ -1154,6 +1161,7 @@ impl<T: GpuReal> GpuEngine<T> {
                         &b.reports.slice(0..c),
                         &alive,
                         &b.counts.slice(0..c),
+                        &b.payoffs.slice(0..c * m),
                         &discount,
                         (j as u32, (j - 1 > k).then(|| (j - 1) as u32)),
                         &mut b.y[set].slice_mut(0..c * m),

@@ -57,3 +57,33 @@ __device__ __forceinline__ void async_copy_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(pending) : "memory");
 #endif
 }
+
+// ---- Inner states in two planes of words (paths.cu writes them so) ----
+//
+// The inner states of one (outer path, date) block, m x d doubles, are stored as the m d
+// high words of the doubles (element e = mm * d + i at word e) followed by their m d low
+// words (at word m d + e): the block's bytes, its place and its stride are those of the
+// m x d doubles. The double is the two words joined: the same bits.
+__device__ __forceinline__ double state_join(const unsigned* hi, const unsigned* lo, int i) {
+    return __hiloint2double((int)hi[i], (int)lo[i]);
+}
+
+// The warp's asynchronous copy of nw words from src (global) to dst (shared): 16-byte
+// pieces where vec (both 16-byte aligned) for the first nw & ~3 words, 4-byte pieces for
+// the rest (all of them when !vec); with `full` (nw == FULLW, a multiple of 4) unrolled
+// with immediate offsets. Every lane of the warp calls it; no commit.
+template <int FULLW>
+__device__ __forceinline__ void warp_copy_words_async(unsigned* dst, const unsigned* src, int nw,
+                                                      bool full, bool vec, int lane) {
+    if (vec && full) {
+#pragma unroll
+        for (int i = 0; i < (FULLW / 4 + 31) / 32; ++i) {
+            const int r = 4 * (lane + 32 * i);
+            if (r < FULLW) async_copy16(dst + r, src + r);
+        }
+        return;
+    }
+    const int nv = vec ? (nw & ~3) : 0;
+    for (int r = 4 * lane; r < nv; r += 128) async_copy16(dst + r, src + r);
+    for (int r = nv + lane; r < nw; r += 32) async_copy4(dst + r, src + r);
+}

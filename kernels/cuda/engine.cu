@@ -13,8 +13,10 @@
 // Only the exposure statistics over outer paths (src/exposure.rs) are summed in another
 // (fixed, deterministic) order.
 //
-// Inner states: element (l, mm, i) at states[l * stride + mm * d + i] (a view of the
-// path generator's [l][s][mm][i] layout at one date). Cash flows: (l, mm) at
+// Inner states: element (l, mm, i) of the block of m * d doubles at states + l * stride (a
+// view of the path generator's [l][s][mm][i] layout at one date), held as the two planes
+// of words of async_copy.cu: the high word of element e = mm * d + i at word e of the
+// block, its low word at word m * d + e. Cash flows: (l, mm) at
 // cash[l * m + mm], with the date index they are paid at in cash_date. Outer states:
 // (l, k, i) at outer[l * outer_stride + k * d + i].
 //
@@ -33,8 +35,17 @@ struct EngineReport {
     unsigned status;
 };
 
-// Payoff kinds: level = S[ua[0]] (0), sum_k uw[k] S[ua[k]] (1), max_k S[ua[k]] (2).
-__device__ __forceinline__ double engine_payoff(const double* s, int kind, int put, double strike,
+// One inner path's states in the two planes: s[i] joins hi[i] and lo[i].
+struct StateRow {
+    const unsigned* hi;
+    const unsigned* lo;
+    __device__ __forceinline__ double operator[](int i) const { return state_join(hi, lo, i); }
+};
+
+// Payoff kinds: level = S[ua[0]] (0), sum_k uw[k] S[ua[k]] (1), max_k S[ua[k]] (2); s a
+// StateRow or a pointer to the doubles (outer states).
+template <typename Row>
+__device__ __forceinline__ double engine_payoff(const Row& s, int kind, int put, double strike,
                                                 const int* __restrict__ ua,
                                                 const double* __restrict__ uw, int nu) {
     double level;
@@ -53,31 +64,34 @@ __device__ __forceinline__ double engine_payoff(const double* s, int kind, int p
 }
 
 // Tiles of 32 inner paths in shared memory. A warp's share holds `bufs` (1 or 2) tile
-// buffers of `tile` doubles each (row r of a tile at buf[r * ds], ds odd; 0 buffers when
-// even one tile does not fit: rows are then read from global memory). With two buffers
-// the copy of tile t + 1 (cp.async, sm_80+) is in flight while the warp works on tile t,
-// so the warp never waits for a whole tile's latency between two tiles.
+// buffers of `tile` doubles each (0 buffers when even one tile does not fit: rows are
+// then read from global memory): the tile's high words in rows of ds words (ds odd), then
+// its low words likewise (32 ds words each: the 32 ds doubles of the buffer). With two
+// buffers the copy of tile t + 1 (cp.async, sm_80+) is in flight while the warp works on
+// tile t, so the warp never waits for a whole tile's latency between two tiles.
 struct EngineTiles {
-    const double* src;  // states + l * stride: the outer path's inner paths, m * d doubles
+    const double* src;  // states + l * stride: the outer path's block of m * d doubles
     double* buf;        // the warp's buffers (nullptr: no staging)
     int tile, bufs, m, d, ds, lane;
 };
 
-// The warp's asynchronous copy of `rows` contiguous rows of d doubles from src (global)
+// The warp's asynchronous copy of `rows` contiguous rows of d words from src (global)
 // into rows of stride ds at dst (shared): in 16-byte pieces when the rows are stored
-// without padding (ds == d) and src is 16-byte aligned with an even count of doubles,
-// else element by element into the padded rows. Every lane calls it; no commit.
-__device__ __forceinline__ void engine_rows_copy(double* dst, const double* src, int rows, int d,
+// without padding (ds == d) and both are 16-byte aligned (a tail of fewer than 4 words in
+// 4-byte pieces), else word by word into the padded rows. Every lane calls it; no commit.
+__device__ __forceinline__ void engine_rows_copy(unsigned* dst, const unsigned* src, int rows, int d,
                                                  int ds, int lane) {
     const int total = rows * d;
-    if (ds == d && ((((unsigned long long)src) & 15ull) == 0) && (total & 1) == 0) {
-        for (int e = 2 * lane; e < total; e += 64) async_copy16(dst + e, src + e);
+    if (ds == d && ((((unsigned long long)src | (unsigned long long)dst) & 15ull) == 0)) {
+        const int nv = total & ~3;
+        for (int e = 4 * lane; e < nv; e += 128) async_copy16(dst + e, src + e);
+        for (int e = nv + lane; e < total; e += 32) async_copy4(dst + e, src + e);
     } else {
         const int qd = 32 / d, rd = 32 % d;
         int r = lane / d;
         int i = lane - r * d;
         for (int e = lane; e < total; e += 32) {
-            async_copy8(dst + r * ds + i, src + e);
+            async_copy4(dst + r * ds + i, src + e);
             r += qd;
             i += rd;
             if (i >= d) {
@@ -88,16 +102,15 @@ __device__ __forceinline__ void engine_rows_copy(double* dst, const double* src,
     }
 }
 
-// Issues the copy of tile t (inner paths 32 t .. 32 t + rows) into buffer t % bufs and
-// commits it as one group. When the rows are stored without padding (ds == d) and the
-// tile is 16-byte aligned with an even count of doubles, in 16-byte pieces; otherwise
-// element by element into the padded rows.
+// Issues the copy of tile t (inner paths 32 t .. 32 t + rows, both planes) into buffer
+// t % bufs and commits it as one group.
 __device__ __forceinline__ void engine_tile_issue(const EngineTiles& T, int t) {
     const int mm0 = 32 * t;
     const int rows = min(32, T.m - mm0);
-    const double* src = T.src + (long long)mm0 * T.d;
-    double* dst = T.buf + (t % T.bufs) * T.tile;
+    const unsigned* src = (const unsigned*)T.src + (long long)mm0 * T.d;
+    unsigned* dst = (unsigned*)(T.buf + (t % T.bufs) * T.tile);
     engine_rows_copy(dst, src, rows, T.d, T.ds, T.lane);
+    engine_rows_copy(dst + 32 * T.ds, src + (long long)T.m * T.d, rows, T.d, T.ds, T.lane);
     async_copy_commit();
 }
 
@@ -112,9 +125,12 @@ __device__ __forceinline__ void engine_tiles_begin(const EngineTiles& T) {
 // This lane's row of tile t: waits for the tile's copy (after issuing the next tile's
 // when there are two buffers) and synchronises the warp. Every lane calls it, for
 // t = 0, 1, ... in order, and calls engine_tile_done after its last use of the row.
-__device__ __forceinline__ const double* engine_tile_row(const EngineTiles& T, int t) {
+__device__ __forceinline__ StateRow engine_tile_row(const EngineTiles& T, int t) {
     const int mm0 = 32 * t;
-    if (T.buf == nullptr) return T.src + (long long)(mm0 + T.lane) * T.d;
+    if (T.buf == nullptr) {
+        const unsigned* h = (const unsigned*)T.src + (long long)(mm0 + T.lane) * T.d;
+        return {h, h + (long long)T.m * T.d};
+    }
     if (T.bufs == 2 && mm0 + 32 < T.m) {
         engine_tile_issue(T, t + 1);
         async_copy_wait<1>();
@@ -122,7 +138,8 @@ __device__ __forceinline__ const double* engine_tile_row(const EngineTiles& T, i
         async_copy_wait<0>();
     }
     __syncwarp();
-    return T.buf + (t % T.bufs) * T.tile + T.lane * T.ds;
+    const unsigned* h = (const unsigned*)(T.buf + (t % T.bufs) * T.tile) + T.lane * T.ds;
+    return {h, h + 32 * T.ds};
 }
 
 // After the warp's last read of tile t: with one buffer, the next tile is issued here.
@@ -173,7 +190,7 @@ extern "C" __global__ void engine_cash_init(
     engine_tiles_begin(T);
     for (int tt = 0; 32 * tt < m; ++tt) {
         const int rows = min(32, m - 32 * tt);
-        const double* s = engine_tile_row(T, tt);
+        const StateRow s = engine_tile_row(T, tt);
         if (lane < rows) {
             const long long t = l * m + 32 * tt + lane;
             const double p = engine_payoff(s, kind, put, strike, ua, uw, nu);
@@ -202,7 +219,7 @@ extern "C" __global__ void engine_european(const double* __restrict__ states, lo
     double sum = 0.0;
     for (int tt = 0; 32 * tt < m; ++tt) {
         const int rows = min(32, m - 32 * tt);
-        const double* s = engine_tile_row(T, tt);
+        const StateRow s = engine_tile_row(T, tt);
         const double p = lane < rows ? engine_payoff(s, kind, put, strike, ua, uw, nu) : 0.0;
         engine_tile_done(T, tt);
         sum = engine_ordered_sum(sum, p, lane < rows, rows);
@@ -214,8 +231,9 @@ extern "C" __global__ void engine_european(const double* __restrict__ states, lo
 // at least the continuation (psi . beta when ok, else mean), *cf becomes the payoff and
 // the function returns true. The loops are unrolled by 8 (the loads of 8 terms in flight
 // ahead of the chain; the same operations in the same order).
+template <typename Row>
 __device__ __forceinline__ bool engine_exercises(
-    const double* s, int kind, int put, double strike, const int* ua, const double* uw, int nu,
+    const Row& s, int kind, int put, double strike, const int* ua, const double* uw, int nu,
     bool ok, const double* beta, double mean, int flat, int n, const int* parent,
     const int* var_asset, const double* var_inv, double* cf) {
     const double payoff = engine_payoff(s, kind, put, strike, ua, uw, nu);
@@ -303,7 +321,7 @@ __device__ __forceinline__ void engine_exercise_impl(
             const int rows = min(32, m - mm0);
             bool take = lane < rows;
             if (itm_only) {
-                const double* s = engine_tile_row(T, tt);
+                const StateRow s = engine_tile_row(T, tt);
                 take = take && engine_payoff(s, kind, put, strike, ua, uw, nu) > 0.0;
                 engine_tile_done(T, tt);
             }
@@ -316,7 +334,7 @@ __device__ __forceinline__ void engine_exercise_impl(
     for (int tt = 0; 32 * tt < m; ++tt) {
         const int mm0 = 32 * tt;
         const int rows = min(32, m - mm0);
-        const double* s = active ? engine_tile_row(T, tt) : nullptr;
+        const StateRow s = active ? engine_tile_row(T, tt) : StateRow{nullptr, nullptr};
         if (lane < rows) {
             const long long t = l * m + mm0 + lane;
             double cf = cash[t];
@@ -350,27 +368,91 @@ ENGINE_EXERCISE(engine_exercise_f32, float)
 
 // ---- The exercise update as a stream of tiles (few persistent warps) ----
 //
-// The same update as engine_exercise_impl, operation for operation (the same bits), shaped
-// to run beside the inner-path kernel of the next date on another stream: a small grid (a
+// The same update as engine_exercise_impl (the same decisions and bits), shaped to run
+// beside the inner-path kernel of the next date on another stream: a small grid (a
 // block or two per SM, `warps` warps each) whose warp gw of TW takes the contiguous outer
 // paths [c gw / TW, c (gw + 1) / TW) and streams their tiles of 32 inner paths through a
 // ring of ENGINE_STREAM_BUFS buffers, ENGINE_STREAM_BUFS - 1 tiles ahead and across the
 // boundaries between outer paths, so that a few warps keep enough bytes in flight to read
-// at the device's bandwidth. A buffer holds the tile's states (rows at an odd stride ds)
-// and its cash flows and dates, so that no lane waits on a global load per tile; the
-// discount factors and the basis tables sit in shared memory; alive, counts, the report and
-// beta of an outer path are loaded while the previous one is worked on. The states of an
-// outer path that takes no part are not copied (its cash flows are: y is updated for
-// every inner path). The fallback mean (fewer than n regression paths or no Ok solution,
-// rare) reads its states straight from global memory.
+// at the device's bandwidth. It reads half the state bytes: a buffer holds the tile's
+// high words only (rows at an odd stride ds), the payoffs the regression build stored,
+// and the cash flows and dates, so that no lane waits on a global load per tile
+// (engine_exercises_high decides from the high words, and only where they leave the
+// decision open reads the low words); the discount factors and the basis tables sit in
+// shared memory; alive, counts, the report and beta of an outer path are loaded while
+// the previous one is worked on. The states of an outer path that takes no part are not
+// copied (its cash flows are: y is updated for every inner path). The fallback mean
+// (fewer than n regression paths or no Ok solution, rare) reads the stored payoffs
+// straight from global memory.
 //
 // Shared memory: discount[n_discount] | var_inv[n] | var_asset[n] int | parent[n] int
 // (rounded up to an even count of doubles), then per warp ENGINE_STREAM_BUFS slots of
-// 32 ds + 48 doubles (states, cash, dates as unsigned) and n rounded up to even doubles of
-// beta.
+// 16 ds + 80 doubles (32 ds words of high words, then 32 doubles of payoffs, 32 of cash
+// flows, 32 dates as unsigned) and n rounded up to even doubles of beta.
 #ifndef ENGINE_STREAM_BUFS
 #define ENGINE_STREAM_BUFS 4
 #endif
+
+// The exercise decision of engine_exercises for one inner path, from the high words h[i]
+// of its states (the doubles with the low 32 bits of the significand cleared: for a
+// normal x, x_h = x (1 - theta) with 0 <= theta < 2^-20) and its payoff (the bits of
+// engine_payoff, stored by the regression build). The continuation c_h is psi . beta
+// formed from the x_h, with a = sum_k |psi_k beta_k| beside it. A basis function with L
+// factors changes by a relative 1 - prod (1 - theta) < L 2^-20 (1 + 2^-19) in exact
+// arithmetic, and the two evaluations' roundings add at most gamma_(2 L + n + 1) < 2^-44
+// of a each (n, L <= 64). So with L <= Lmax (1 for a flat basis, else n - 1 < n),
+// |c - c_h| <= a (Lmax 2^-20 1.001 + 2^-39) =: bound, c being psi . beta from the full
+// states as engine_exercises forms it. Where |payoff - c_h| (rounded) exceeds the bound,
+// payoff >= c has the sign of payoff - c_h; otherwise (within the bound, a zero or
+// subnormal high word, or a non-finite c_h or a), the lane reads its low words from
+// `full` and decides as engine_exercises does. The cash flow becomes the payoff where it
+// exercises.
+__device__ __forceinline__ bool engine_exercises_high(
+    const unsigned* h, const StateRow& full, double payoff, int kind, int put, double strike,
+    const int* ua, const double* uw, int nu, bool ok, const double* beta, double mean,
+    int flat, int n, const int* parent, const int* var_asset, const double* var_inv, double* cf) {
+    if (!(payoff > 0.0)) return false;
+    if (!ok) {
+        if (!(payoff >= mean)) return false;
+        *cf = payoff;
+        return true;
+    }
+    double c = 0.0;
+    c = c + 1.0 * beta[0];
+    double a = fabs(c);
+    unsigned emin = 0x7ff00000u;  // the smallest exponent field of the high words read
+    if (flat) {
+#pragma unroll 8
+        for (int k = 1; k < n; ++k) {
+            const unsigned w = h[var_asset[k]];
+            emin = min(emin, w & 0x7ff00000u);
+            const double t = (__hiloint2double((int)w, 0) * var_inv[k]) * beta[k];
+            c = c + t;
+            a = a + fabs(t);
+        }
+    } else {
+        double psi[ENGINE_MAX_N];
+        psi[0] = 1.0;
+        for (int k = 1; k < n; ++k) {
+            const unsigned w = h[var_asset[k]];
+            emin = min(emin, w & 0x7ff00000u);
+            psi[k] = psi[parent[k]] * (__hiloint2double((int)w, 0) * var_inv[k]);
+            const double t = psi[k] * beta[k];
+            c = c + t;
+            a = a + fabs(t);
+        }
+    }
+    const double lmax = flat ? 1.0 : (double)n;
+    const double bound = a * (lmax * 0x1.0p-20 * 1.001 + 0x1.0p-39);
+    const double gap = payoff - c;
+    if (emin != 0u && fabs(gap) > bound) {
+        if (!(gap > 0.0)) return false;
+        *cf = payoff;
+        return true;
+    }
+    return engine_exercises(full, kind, put, strike, ua, uw, nu, ok, beta, mean, flat, n, parent,
+                            var_asset, var_inv, cf);
+}
 
 
 template <typename real>
@@ -382,7 +464,8 @@ __device__ __forceinline__ void engine_exercise_stream_impl(
     const real* __restrict__ x, const EngineReport* __restrict__ reports,
     const unsigned char* __restrict__ alive, const unsigned* __restrict__ counts,
     const double* __restrict__ discount_g, int n_discount, unsigned date, int next_date,
-    double* __restrict__ y, double* __restrict__ cash, unsigned* __restrict__ cash_date) {
+    double* __restrict__ y, double* __restrict__ cash, unsigned* __restrict__ cash_date,
+    const double* __restrict__ payoff) {
     constexpr int K = ENGINE_STREAM_BUFS;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     double* const disc = engine_smem;
@@ -403,7 +486,7 @@ __device__ __forceinline__ void engine_exercise_stream_impl(
     }
     __syncthreads();
     const int tables = ((n_discount + n + nu) + (2 * n + nu + 1) / 2 + 1) & ~1;
-    const int slot = 32 * ds + 48;
+    const int slot = 16 * ds + 80;
     const int npad = (n + 1) & ~1;
     double* const wsm = engine_smem + tables + (long long)warp * (K * slot + npad);
     double* const beta = wsm + K * slot;
@@ -429,12 +512,14 @@ __device__ __forceinline__ void engine_exercise_stream_impl(
             const int rows = min(32, m - mm0);
             double* const dst = wsm + is * slot;
             if (ia) {
-                engine_rows_copy(dst, states + il * stride + (long long)mm0 * d, rows, d, ds, lane);
+                engine_rows_copy((unsigned*)dst, (const unsigned*)(states + il * stride) + (long long)mm0 * d,
+                                 rows, d, ds, lane);
             }
             if (lane < rows) {
                 const long long t = il * m + mm0 + lane;
-                async_copy8(dst + 32 * ds + lane, cash + t);
-                async_copy4((unsigned*)(dst + 32 * ds + 32) + lane, cash_date + t);
+                if (ia) async_copy8(dst + 16 * ds + lane, payoff + t);
+                async_copy8(dst + 16 * ds + 32 + lane, cash + t);
+                async_copy4((unsigned*)(dst + 16 * ds + 64) + lane, cash_date + t);
             }
             if (++it == tpp) {
                 it = 0;
@@ -492,9 +577,7 @@ __device__ __forceinline__ void engine_exercise_stream_impl(
                     const int mm0 = 32 * t2;
                     const int rows = min(32, m - mm0);
                     bool take = lane < rows;
-                    if (itm_only)
-                        take = take && engine_payoff(states + l * stride + (long long)(mm0 + lane) * d,
-                                                     kind, put, strike, ua, uw, nu) > 0.0;
+                    if (itm_only) take = take && payoff[l * m + mm0 + lane] > 0.0;
                     const double v = take ? y[l * m + mm0 + lane] : 0.0;
                     sum = engine_ordered_sum(sum, v, take, rows);
                 }
@@ -507,12 +590,17 @@ __device__ __forceinline__ void engine_exercise_stream_impl(
         const int mm0 = 32 * tt;
         const int rows = min(32, m - mm0);
         if (lane < rows) {
-            const double* s = buf + lane * ds;
             const long long t = l * m + mm0 + lane;
-            double cf = buf[32 * ds + lane];
-            unsigned cd = ((const unsigned*)(buf + 32 * ds + 32))[lane];
-            const bool ex = active && engine_exercises(s, kind, put, strike, ua, uw, nu, ok, beta, mean,
-                                                       flat, n, parent, var_asset, var_inv, &cf);
+            double cf = buf[16 * ds + 32 + lane];
+            unsigned cd = ((const unsigned*)(buf + 16 * ds + 64))[lane];
+            bool ex = false;
+            if (active) {
+                const unsigned* h = (const unsigned*)buf + lane * ds;
+                const unsigned* gh = (const unsigned*)(states + l * stride) + (long long)(mm0 + lane) * d;
+                ex = engine_exercises_high(h, StateRow{gh, gh + (long long)m * d}, buf[16 * ds + lane],
+                                           kind, put, strike, ua, uw, nu, ok, beta, mean, flat, n,
+                                           parent, var_asset, var_inv, &cf);
+            }
             engine_exercise_store(ex, date, t, cf, cd, disc, next_date, cash, cash_date, y);
         }
         if (++ps == K) ps = 0;
@@ -534,11 +622,13 @@ __device__ __forceinline__ void engine_exercise_stream_impl(
         const EngineReport* __restrict__ reports, const unsigned char* __restrict__ alive,    \
         const unsigned* __restrict__ counts, const double* __restrict__ discount,             \
         int n_discount, unsigned date, int next_date, double* __restrict__ y,                 \
-        double* __restrict__ cash, unsigned* __restrict__ cash_date) {                        \
+        double* __restrict__ cash, unsigned* __restrict__ cash_date,                          \
+        const double* __restrict__ payoff) {                                                  \
         engine_exercise_stream_impl<real>(states, stride, c, m, d, ds, kind, put, strike, ua, \
                                           uw, nu, itm_only, n, parent, var_asset, var_inv,    \
                                           flat, x, reports, alive, counts, discount,          \
-                                          n_discount, date, next_date, y, cash, cash_date);   \
+                                          n_discount, date, next_date, y, cash, cash_date,    \
+                                          payoff);                                            \
     }
 ENGINE_EXERCISE_STREAM(engine_exercise_stream_f64, double)
 ENGINE_EXERCISE_STREAM(engine_exercise_stream_f32, float)

@@ -388,11 +388,24 @@ extern "C" __global__ void outer_paths(unsigned long long seed, unsigned first_p
     }
 }
 
+// The stored inner states. The states of outer path l at step s (date `date + s + 1`)
+// take the inner * d doubles from out + (l * steps + s) * inner * d, as the CPU engine's
+// [l][s][mm][i] layout, but held as two planes of 32-bit words: word e = mm * d + i of
+// the block is the high word of S(l, s, mm, i) (sign, exponent and the top 20 bits of
+// the significand), word inner * d + e its low word. A reader that wants the double
+// joins the two words (the same bits); the exercise update reads the high-word plane
+// alone (half the bytes) and falls back to the low words only where the truncated
+// states leave its decision open (engine.cu).
+__device__ __forceinline__ void state_store(unsigned* __restrict__ hi, long long plane, double v) {
+    hi[0] = (unsigned)__double2hiint(v);
+    hi[plane] = (unsigned)__double2loint(v);
+}
+
 // Inner paths of `outer` outer paths (global indices first_outer + l) from their states
 // at exposure date `date`: path (l, mm), mm < inner, starts at start[l * start_stride + i]
 // and uses the stream (seed, first_outer + l, date, mm). Its state after step s + 1
-// (date `date + s + 1`, s < steps) is out[((l * steps + s) * inner + mm) * d + i]:
-// the CPU engine's layout [l][s][mm][i].
+// (date `date + s + 1`, s < steps) is element (mm, i) of block (l, s) of `out`, in the
+// two-plane layout above.
 extern "C" __global__ void inner_paths(unsigned long long seed, unsigned first_outer,
                                        unsigned date, long long outer, int inner, int steps,
                                        int d, const double* __restrict__ start,
@@ -411,11 +424,12 @@ extern "C" __global__ void inner_paths(unsigned long long seed, unsigned first_o
     NormalStream ns;
     stream_init(ns, seed, first_outer + (unsigned)l, date, (unsigned)mm);
     for (int i = 0; i < d; ++i) x[i * ld] = start[l * start_stride + i];
-    double* o = out + (l * steps * (long long)inner + mm) * d;
+    const long long plane = (long long)inner * d;
+    unsigned* o = (unsigned*)out + 2 * l * steps * plane + (long long)mm * d;
     for (int s = 0; s < steps; ++s) {
         gbm_step(x, z, ld, d, drift, vol, factor, ns);
-        double* os = o + (long long)s * inner * d;
-        for (int i = 0; i < d; ++i) os[i] = x[i * ld];
+        unsigned* os = o + 2 * s * plane;
+        for (int i = 0; i < d; ++i) state_store(os + i, plane, x[i * ld]);
     }
 }
 
@@ -531,7 +545,7 @@ __device__ __forceinline__ void gbm_step_fixed(double* xs, float* zr, unsigned f
 }
 
 // inner_paths with d = PATHS_D and the market compiled in; same arguments and layout
-// (out[((l * steps + s) * inner + mm) * d + i]); blockDim.x must be PATHS_BLOCK.
+// (the two planes of words); blockDim.x must be PATHS_BLOCK.
 // With pay_step >= 0 (only when the host compiled in PATHS_PAYOFF and
 // `double paths_payoff(const double* xs, int ld)`, the payoff of the states xs[i * ld] in the
 // arithmetic of engine.cu's engine_payoff), step pay_step is the last one generated and
@@ -559,7 +573,8 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
         l = t / inner;
         mm = (int)(t - l * inner);
     }
-    base_all[tid] = live ? (l * steps * (long long)inner + mm) * PATHS_D : -1;
+    // The high word of this thread's state (s, i) at word base + 2 s inner d + i of out.
+    base_all[tid] = live ? 2 * l * steps * (long long)inner * PATHS_D + (long long)mm * PATHS_D : -1;
     double* xs = xs_all + tid * SXS;
     float* zr = zr_all + tid;
     NormalStream ns;
@@ -570,11 +585,13 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
     unsigned next = 0;
     const long long step_stride = (long long)inner * PATHS_D;
 #if PATHS_D & 1
-    // The copy of the block's states, element e = tl * d + i of step s to os[off + e]: with
-    // at least a block of inner paths, the block spans at most two outer paths, l0 for
-    // tl < t1 and l0 + 1 after, each a contiguous run of the output. Thread tid copies its
-    // elements j = 0, 1, ... (e = tid + j * PATHS_BLOCK): those with j < j1 lie before the
-    // boundary, those with j >= j_end are not live (live threads are a prefix of the block).
+    // The copy of the block's states, element e = tl * d + i of step s: with at least a
+    // block of inner paths, the block spans at most two outer paths, l0 for tl < t1 and
+    // l0 + 1 after, each a contiguous run of each plane of the output: the high words of
+    // l0's elements from word off0 + 2 s inner d on, those of l0 + 1's `jump` words further.
+    // Thread tid copies its elements j = 0, 1, ... (e = tid + j * PATHS_BLOCK): those with
+    // j < j1 lie before the boundary, those with j >= j_end are not live (live threads are
+    // a prefix of the block).
     const bool contiguous = inner >= PATHS_BLOCK;
     long long off0 = 0, jump = 0;
     int j1 = 0, j_end = 0;
@@ -582,8 +599,8 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
         const long long l0 = t0 / inner;
         const int t1 = (int)((l0 + 1) * inner - t0);
         const int n_live = (int)(outer * inner - t0 < PATHS_BLOCK ? outer * inner - t0 : PATHS_BLOCK);
-        off0 = (l0 * steps * (long long)inner + (t0 - l0 * inner)) * PATHS_D;
-        jump = ((l0 + 1) * steps * (long long)inner - t1) * PATHS_D - off0;
+        off0 = (2 * l0 * steps * (long long)inner + (t0 - l0 * inner)) * PATHS_D;
+        jump = (2 * steps * (long long)inner - t1) * PATHS_D - (t0 - l0 * inner) * PATHS_D;
         const int e1 = t1 * PATHS_D, e_end = n_live * PATHS_D;
         j1 = e1 > tid ? (e1 - tid + PATHS_BLOCK - 1) / PATHS_BLOCK : 0;
         j_end = e_end > tid ? (e_end - tid + PATHS_BLOCK - 1) / PATHS_BLOCK : 0;
@@ -606,16 +623,16 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
 #endif
         __syncthreads();
         // Element e = tl * d + i of the block's states: thread tid copies e = tid,
-        // tid + PATHS_BLOCK, ...
-        double* os = out + s * step_stride;
+        // tid + PATHS_BLOCK, ... (its high word, then its low word a plane further).
+        unsigned* os = (unsigned*)out + 2 * s * step_stride;
 #if PATHS_D & 1
         if (contiguous) {
             const double* src = xs_all + tid;
-            double* dst = os + off0 + tid;
+            unsigned* dst = os + off0 + tid;
 #pragma unroll
             for (int j = 0; j < PATHS_D; ++j) {
                 if (j == j1) dst += jump;
-                if (j < j_end) dst[j * PATHS_BLOCK] = src[j * PATHS_BLOCK];
+                if (j < j_end) state_store(dst + j * PATHS_BLOCK, step_stride, src[j * PATHS_BLOCK]);
             }
         } else
 #endif
@@ -624,7 +641,7 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
 #pragma unroll 4
             for (int e = tid; e < PATHS_BLOCK * PATHS_D; e += PATHS_BLOCK) {
                 const long long b = base_all[tl];
-                if (b >= 0) os[b + i] = xs_all[tl * SXS + i];
+                if (b >= 0) state_store(os + b + i, step_stride, xs_all[tl * SXS + i]);
                 tl += PATHS_BLOCK / PATHS_D;
                 i += PATHS_BLOCK % PATHS_D;
                 if (i >= PATHS_D) {

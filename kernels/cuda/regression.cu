@@ -22,13 +22,19 @@
 // <= 32), STAGES (stage buffers of raw states: STAGES - 1 chunks are copied ahead of the
 // one being prepared, >= 2), THREADS (block size, a multiple of 32, >= G * NT and >= G * P),
 // USE_FMA, TILE_PREFETCH (the tile threads load the next row's tile-row values before
-// the current row's products), D (assets per state), and `bool payoff_enters(const double* s, double strike)`
-// (a device function of the asset prices of one path, generated from the payoff with its
-// assets, weights and call/put as constants: payoff > 0 decided exactly as the CPU's
-// GpuPayoff::value(s) > 0 would, see regression.rs).
+// the current row's products), D (assets per state), and
+// `double payoff_value(const unsigned* hi, const unsigned* lo, double strike)` (a device
+// function of the asset prices of one path, state_join(hi, lo, i), generated from the
+// payoff with its assets, weights and call/put as constants: the bits of engine.cu's
+// engine_payoff and of the CPU's GpuPayoff::value, see regression.rs).
+//
+// States: the two planes of words of async_copy.cu (paths.cu writes them). Every kernel
+// stores the payoff of every inner path of its regressions at payoff[l * m + mm] (the
+// exercise update reads it there), whether or not the path enters.
 //
 // Shared memory (dynamic, 16-byte aligned): psi[2][G][P][NEP] real |
-// raw[STAGES][G][P][D] double | yraw[STAGES][G][P] double | junk[PREP_WARPS][32] real |
+// rawh[STAGES][G][P * D] and rawl[STAGES][G][P * D] words (the staged states' high and
+// low words) | yraw[STAGES][G][P] double | junk[PREP_WARPS][32] real |
 // cnt[2][G] int | total[G] int |
 // src[G][P] int. A psi row holds element t at psi_pos(t): in f64 the first two values
 // of every 4-group t = 4q.. in the row's first half (at 2q), the last two in its second
@@ -56,30 +62,6 @@ typedef float real;
 #else
 #define MADD(a, b, acc) ((acc) + (a) * (b))
 #endif
-
-// The warp's asynchronous copy of ne doubles from s (global) to dst (shared): 16-byte
-// pieces where vec (both 16-byte aligned), a full chunk (ne == FULL) unrolled with
-// immediate offsets, 8-byte pieces otherwise. Every lane of the warp calls it.
-template <int FULL>
-__device__ __forceinline__ void warp_copy_async(double* dst, const double* s, int ne, bool full,
-                                                bool vec, int lane) {
-    if (vec && full) {
-#if __CUDA_ARCH__ >= 800
-        const unsigned dl = (unsigned)__cvta_generic_to_shared(dst + 2 * lane);
-        const unsigned long long gl = (unsigned long long)__cvta_generic_to_global(s + 2 * lane);
-#pragma unroll
-        for (int i = 0; i < (FULL / 2 + 31) / 32; ++i)
-            if (2 * (lane + 32 * i) < FULL) async_copy16_raw(dl + 512 * i, gl + 512 * i);
-#else
-        for (int r = 2 * lane; r < FULL; r += 64) async_copy16(dst + r, s + r);
-#endif
-    } else if (vec) {
-        for (int r = 2 * lane; r + 1 < ne; r += 64) async_copy16(dst + r, s + r);
-        if ((ne & 1) && lane == 0) async_copy8(dst + ne - 1, s + ne - 1);
-    } else {
-        for (int r = lane; r < ne; r += 32) async_copy8(dst + r, s + r);
-    }
-}
 
 #define PREP_WARPS ((G * P + 31) / 32)
 #define TILE_WARPS ((G * NT + 31) / 32)
@@ -136,9 +118,9 @@ __device__ __forceinline__ void load_quad(const real* row, int q, real v[4]) {
 // ---- f64 build on the FP64 tensor cores (TENSOR_CORES = 1; f64 only) ----
 //
 // One warp per regression, no block barriers. The warp stages chunks of 32 paths
-// (`cp.async`, STAGES - 1 chunks ahead) into its own buffers raw[STAGES][32][D] and
-// yraw[STAGES][32]; lane p evaluates the payoff of path p of the chunk, a ballot gives
-// the entering paths. Psi is never stored: for every k-step of 4 paths the lanes form
+// (`cp.async`, STAGES - 1 chunks ahead) into its own buffers rawh / rawl[STAGES][32 D]
+// (the two planes of words) and yraw[STAGES][32]; lane p evaluates the payoff of path p
+// of the chunk and stores it, a ballot gives the entering paths. Psi is never stored: for every k-step of 4 paths the lanes form
 // the fragments straight from the staged states. Augmented columns: 0..N-1 the basis
 // functions, N the cash flow y, N+1 .. 8 NB - 1 zero; path k0 + t%4 is the row lane t
 // owns, its column 8 I + t/4 for I < NB (psi of a path that does not enter is 0, so it
@@ -159,7 +141,8 @@ __device__ __forceinline__ void load_quad(const real* row, int q, real v[4]) {
 //
 // Defines (beyond the payoff function): N, DEG, D, W (regressions = warps per block),
 // STAGES (>= 2), THREADS (= 32 W), MIN_BLOCKS. Shared memory (dynamic, 16-byte
-// aligned): per warp raw[STAGES][32][D] double | yraw[STAGES][32] double.
+// aligned): per warp rawh[STAGES][32 D] words | rawl[STAGES][32 D] words (the staged
+// states' two planes) | yraw[STAGES][32] double.
 #define TC_CHUNK 32
 #define NB ((N + 1 + 7) / 8)
 #define NBLK (NB * (NB + 1) / 2)
@@ -174,7 +157,8 @@ __device__ __forceinline__ void dmma_8x8x4(double& d0, double& d1, double a, dou
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 regression_build_f64(const double* __restrict__ states, long long path_stride,
                      const double* __restrict__ y, double* __restrict__ A,
-                     double* __restrict__ B, unsigned* __restrict__ counts, long long batch,
+                     double* __restrict__ B, unsigned* __restrict__ counts,
+                     double* __restrict__ payoff, long long batch,
                      int m, int d, const int* __restrict__ chain_asset_g,
                      const double* __restrict__ chain_inv_g, int kind, int put, double strike,
                      const int* __restrict__ ua_g, const double* __restrict__ uw_g, int nu,
@@ -183,8 +167,9 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const long long l = (long long)blockIdx.x * W + warp;
     if (l >= batch) return;  // whole warps: no barrier below spans warps
-    double* const raw = (double*)smem + (long long)warp * (STAGES * TC_CHUNK * (D + 1));
-    double* const yraw = raw + STAGES * TC_CHUNK * D;
+    unsigned* const rawh = (unsigned*)((double*)smem + (long long)warp * (STAGES * TC_CHUNK * (D + 1)));
+    unsigned* const rawl = rawh + STAGES * TC_CHUNK * D;
+    double* const yraw = (double*)(rawl + STAGES * TC_CHUNK * D);
     const int chunks = (m + TC_CHUNK - 1) / TC_CHUNK;
 
     // This lane's columns c = 8 I + lane / 4: a chain of factors (asset, 1/S_0), the
@@ -213,18 +198,22 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
     for (int k = 0; k < NBLK; ++k) acc[k][0] = acc[k][1] = 0.0;
     unsigned total = 0;
 
-    const double* const sl = states + l * path_stride;
+    const unsigned* const slh = (const unsigned*)(states + l * path_stride);
+    const unsigned* const sll = slh + (long long)m * D;
     const double* const yl = y + l * (long long)m;
-    // 16-byte copies when this regression's chunks start on 16-byte boundaries (every
-    // chunk starts 32 D doubles after the previous one).
-    const bool vec = (((unsigned long long)sl) & 15) == 0;
+    double* const pl = payoff + l * (long long)m;
+    // 16-byte copies of a plane when its chunks start on 16-byte boundaries (every chunk
+    // starts 32 D words after the previous one).
+    const bool vech = (((unsigned long long)slh) & 15) == 0;
+    const bool vecl = (((unsigned long long)sll) & 15) == 0;
     auto stage = [&](int c) {
         if (c < chunks) {
             const int p0 = c * TC_CHUNK, np = min(TC_CHUNK, m - p0), sb = c % STAGES;
             const int ne = np * D;
-            const double* s = sl + (long long)p0 * D;
-            double* dst = raw + sb * (TC_CHUNK * D);
-            warp_copy_async<TC_CHUNK * D>(dst, s, ne, np == TC_CHUNK, vec, lane);
+            warp_copy_words_async<TC_CHUNK * D>(rawh + sb * (TC_CHUNK * D), slh + (long long)p0 * D,
+                                                ne, np == TC_CHUNK, vech, lane);
+            warp_copy_words_async<TC_CHUNK * D>(rawl + sb * (TC_CHUNK * D), sll + (long long)p0 * D,
+                                                ne, np == TC_CHUNK, vecl, lane);
             if (lane < np) async_copy8(yraw + sb * TC_CHUNK + lane, yl + p0 + lane);
         }
         async_copy_commit();
@@ -236,10 +225,16 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
         stage(c + STAGES - 1);
         async_copy_wait<STAGES - 1>();  // chunk c's group is complete
         __syncwarp();                   // and visible to the whole warp
-        const double* rb = raw + (c % STAGES) * (TC_CHUNK * D);
+        const unsigned* rbh = rawh + (c % STAGES) * (TC_CHUNK * D);
+        const unsigned* rbl = rawl + (c % STAGES) * (TC_CHUNK * D);
         const double* yb = yraw + (c % STAGES) * TC_CHUNK;
         const int np = min(TC_CHUNK, m - c * TC_CHUNK);
-        const bool f = lane < np && (!itm_only || payoff_enters(rb + lane * D, strike));
+        bool f = false;
+        if (lane < np) {
+            const double pv = payoff_value(rbh + lane * D, rbl + lane * D, strike);
+            pl[c * TC_CHUNK + lane] = pv;
+            f = !itm_only || pv > 0.0;
+        }
         const unsigned mask = __ballot_sync(0xffffffffu, f);
         total += __popc(mask);
 #pragma unroll
@@ -247,16 +242,17 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
             if (((mask >> k0) & 0xfu) == 0) continue;  // warp-uniform
             const int p = k0 + (lane & 3);
             const bool enters = (mask >> p) & 1u;
-            const double* sp = rb + p * D;
+            const unsigned* sph = rbh + p * D;
+            const unsigned* spl = rbl + p * D;
             const double yv = yb[p];
             double fr[NB];
 #pragma unroll
             for (int I = 0; I < NB; ++I) {
                 // x = 1, then x = x * (S[asset] * inv_spot) along the chain.
-                double x = 1.0 * (sp[cha[I][0]] * chi[I][0]);
+                double x = 1.0 * (state_join(sph, spl, cha[I][0]) * chi[I][0]);
 #pragma unroll
                 for (int e = 1; e < DEG; ++e)
-                    if (cha[I][e] >= 0) x = x * (sp[cha[I][e]] * chi[I][e]);
+                    if (cha[I][e] >= 0) x = x * (state_join(sph, spl, cha[I][e]) * chi[I][e]);
                 const double v = is_chain[I] ? x : (is_y[I] ? yv : cst[I]);
                 fr[I] = enters ? v : 0.0;
             }
@@ -288,24 +284,27 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
     if (lane == 0) counts[l] = total;
 }
 #else
-// states: element (l, mm, i) at states[l * path_stride + mm * d + i] (the inner states
-// at the exercise date); y: (l, mm) at y[l * m + mm]. A: batch x N x N column-major,
-// lower triangle written (upper untouched); B: batch x N; counts: batch.
-// chain_asset / chain_inv: N x DEG, for basis function t the asset index and 1/S_0 of
-// each factor from the root, -1 after the last. Payoff: strike (the rest is compiled
-// into payoff_enters; kind, put, ua, uw, nu and d (= D) are not read).
+// states: element (l, mm, i) of the block of m x D doubles at states + l * path_stride (the
+// inner states at the exercise date, in two planes of words); y: (l, mm) at y[l * m + mm].
+// A: batch x N x N column-major, lower triangle written (upper untouched); B: batch x N;
+// counts: batch; payoff: batch x m, every inner path's payoff. chain_asset / chain_inv:
+// N x DEG, for basis function t the asset index and 1/S_0 of each factor from the root,
+// -1 after the last. Payoff: strike (the rest is compiled into payoff_value; kind, put,
+// ua, uw, nu and d (= D) are not read).
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 ENTRY(regression_build)(const double* __restrict__ states, long long path_stride,
                         const double* __restrict__ y, real* __restrict__ A,
-                        real* __restrict__ B, unsigned* __restrict__ counts, long long batch,
+                        real* __restrict__ B, unsigned* __restrict__ counts,
+                        double* __restrict__ payoff, long long batch,
                         int m, int d, const int* __restrict__ chain_asset_g,
                         const double* __restrict__ chain_inv_g, int kind, int put, double strike,
                         const int* __restrict__ ua_g, const double* __restrict__ uw_g, int nu,
                         int itm_only) {
     extern __shared__ __align__(16) unsigned char smem[];
     real* psi = (real*)smem;
-    double* raw = (double*)(psi + 2 * G * P * NEP);
-    double* yraw = raw + STAGES * G * P * D;
+    unsigned* rawh = (unsigned*)(psi + 2 * G * P * NEP);
+    unsigned* rawl = rawh + STAGES * G * P * D;
+    double* yraw = (double*)(rawl + STAGES * G * P * D);
     real* junk = (real*)(yraw + STAGES * G * P);
     int* cnt = (int*)(junk + 32 * PREP_WARPS);
     int* total = cnt + 2 * G;
@@ -363,10 +362,11 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
                 for (int r = warp; r < 2 * G * P; r += PREP_WARPS)
                     psi[r * NEP + pos] = t < N ? (real)1 : (real)0;
         }
-        // 16-byte copies when every (regression, chunk) block of states starts on a
+        // 16-byte copies of a plane when every (regression, chunk) piece of it starts on a
         // 16-byte boundary.
-        const bool vec = (((unsigned long long)states) & 15) == 0 && (path_stride & 1) == 0 &&
-                         ((P * D) & 1) == 0;
+        const bool vech = (((unsigned long long)states) & 15) == 0 && (path_stride & 1) == 0 &&
+                          ((P * D) & 3) == 0;
+        const bool vecl = vech && (((long long)m * D) & 3) == 0;
         // Copies of chunk c of this warp's regressions into stage buffer c % STAGES, as
         // one commit group (empty past the last chunk, so that every iteration commits
         // one group and the wait below keeps a constant count).
@@ -377,9 +377,11 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
                 for (int j = 0; j < GROUPS_PER_WARP; ++j) {
                     const int gg = warp * GROUPS_PER_WARP + j;
                     if (gg >= G || l0 + gg >= batch) break;
-                    const double* s = states + (l0 + gg) * path_stride + (long long)p0 * D;
-                    double* dst = raw + (sb * G + gg) * (P * D);
-                    warp_copy_async<P * D>(dst, s, ne, np == P, vec, lane);
+                    const unsigned* sh = (const unsigned*)(states + (l0 + gg) * path_stride) + (long long)p0 * D;
+                    warp_copy_words_async<P * D>(rawh + (sb * G + gg) * (P * D), sh, ne,
+                                                 np == P && ((P * D) & 3) == 0, vech, lane);
+                    warp_copy_words_async<P * D>(rawl + (sb * G + gg) * (P * D), sh + (long long)m * D, ne,
+                                                 np == P && ((P * D) & 3) == 0, vecl, lane);
                 }
                 if (g < G && l0 + g < batch && p < np)
                     async_copy8(yraw + (sb * G + g) * P + p, y + (l0 + g) * m + p0 + p);
@@ -397,11 +399,17 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
             stage(c + STAGES - 1);
             async_copy_wait<STAGES - 1>();  // chunk c's group is complete
             __syncwarp();  // chunk c's copies by every lane of the warp are visible
-            const double* rb = raw + sb * (G * P * D);
+            const unsigned* rbh = rawh + sb * (G * P * D);
+            const unsigned* rbl = rawl + sb * (G * P * D);
             const double* yb = yraw + sb * (G * P);
             // Which paths enter (before waiting for the psi buffer).
             const bool mine = g < G && l0 + g < batch && p < np;
-            const bool f = mine && (!itm_only || payoff_enters(rb + tid * D, strike));
+            bool f = false;
+            if (mine) {
+                const double pv = payoff_value(rbh + tid * D, rbl + tid * D, strike);
+                payoff[(l0 + g) * m + c * P + p] = pv;
+                f = !itm_only || pv > 0.0;
+            }
             const unsigned mask = __ballot_sync(0xffffffffu, f);
             // Compaction: an entering path's lane writes its index at its rank among the
             // entering paths of its regression (the bits of its lane group below it).
@@ -424,18 +432,20 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
                 if (gg >= G) break;
                 const unsigned bits = P == 32 ? mask : (mask >> (j * P)) & ((1u << (P & 31)) - 1u);
                 const int cn = __popc(bits);
-                const double* rg = rb + gg * (P * D);
+                const unsigned* rgh = rbh + gg * (P * D);
+                const unsigned* rgl = rbl + gg * (P * D);
                 const int* sg = src + gg * P;
                 real* out = pb + gg * (P * NEP) + lane;
                 auto row = [&](int slot, int pp) {
-                    const double* sp = rg + pp * D;
+                    const unsigned* sph = rgh + pp * D;
+                    const unsigned* spl = rgl + pp * D;
 #pragma unroll
                     for (int k = 0; k < TPL; ++k) {
                         // x = 1, then x = x * (S[asset] * inv_spot) along the chain.
-                        double x = 1.0 * (sp[cha[k][0]] * chi[k][0]);
+                        double x = 1.0 * (state_join(sph, spl, cha[k][0]) * chi[k][0]);
 #pragma unroll
                         for (int e = 1; e < DEG; ++e)
-                            if (cha[k][e] >= 0) x = x * (sp[cha[k][e]] * chi[k][e]);
+                            if (cha[k][e] >= 0) x = x * (state_join(sph, spl, cha[k][e]) * chi[k][e]);
                         *(live[k] ? out + slot * NEP + 32 * k : my_junk) = (real)x;
                     }
                 };

@@ -18,8 +18,8 @@
 //! `GPU_PATHS_BENCH_QUICK=1`: f64 only, no batch 65,536, the TC variants and tiles P16
 //! only. CUDA events, 2 warm-up runs, median of 10.
 //!
-//! Floors per regression: bytes = states (m d 8) + y (m 8) + lower triangle of A and b
-//! in the working precision + the count, at the measured copy bandwidth; arithmetic =
+//! Floors per regression: bytes = states (m d 8) + y (m 8) + the payoffs stored (m 8) +
+//! lower triangle of A and b in the working precision + the count, at the measured copy bandwidth; arithmetic =
 //! m (n+1)(n+2)/2 multiply-adds (b as row n of the augmented matrix), each a multiply
 //! and an add unless fused, at the device's FP64 / FP32 lane rate; for the tensor-core
 //! kernel (m / 4) x 10 DMMAs of 256 fused multiply-adds at twice the FP64 lane rate.
@@ -123,6 +123,7 @@ fn bench_regression<T: GpuReal>(
         let mut a: CudaSlice<T> = stream.alloc_zeros(batch * n * n)?;
         let mut b: CudaSlice<T> = stream.alloc_zeros(batch * n)?;
         let mut c: CudaSlice<u32> = stream.alloc_zeros(batch)?;
+        let mut p: CudaSlice<f64> = stream.alloc_zeros(batch * M)?;
         let mut run = || -> Result<(), GpuError> {
             let mut done = 0;
             while done < batch {
@@ -135,6 +136,7 @@ fn bench_regression<T: GpuReal>(
                     &mut a.slice_mut(done * n * n..),
                     &mut b.slice_mut(done * n..),
                     &mut c.slice_mut(done..),
+                    &mut p.slice_mut(done * M..),
                 )?;
                 done += part;
             }
@@ -143,7 +145,7 @@ fn bench_regression<T: GpuReal>(
         let t = time(stream, &mut run)?;
         let counts = stream.clone_dtoh(&c)?;
         let entered: u64 = counts.iter().map(|&x| x as u64).sum();
-        let bytes = (M * D * 8 + M * 8 + (n * (n + 1) / 2 + n) * es + 4) as f64 * batch as f64;
+        let bytes = (M * D * 8 + 2 * M * 8 + (n * (n + 1) / 2 + n) * es + 4) as f64 * batch as f64;
         rows.push(Row {
             precision: T::NAME,
             batch,
@@ -380,7 +382,7 @@ fn run(report: Option<String>) -> Result<(), GpuError> {
     let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
     for r in &rows {
         let es = if r.precision == "f64" { 8 } else { 4 };
-        let bytes = (M * D * 8 + M * 8 + (30 * 31 / 2 + 30) * es + 4) as f64;
+        let bytes = (M * D * 8 + 2 * M * 8 + (30 * 31 / 2 + 30) * es + 4) as f64;
         let lanes = if r.precision == "f64" {
             fp64_lanes
         } else {

@@ -11,7 +11,7 @@
 mod common;
 use common::stream;
 use cudarc::driver::{CudaSlice, CudaStream};
-use cva_kernels::cuda::paths::{GpuPaths, MarketSteps, MaturityCash};
+use cva_kernels::cuda::paths::{planes_to_states, GpuPaths, MarketSteps, MaturityCash};
 use cva_kernels::cuda::regression::{GpuOptionKind, GpuPayoff, GpuUnderlying};
 use cva_kernels::families::SplitMix64;
 use std::sync::Arc;
@@ -104,7 +104,10 @@ fn check(
     let start_dev = stream.clone_htod(&start).expect("upload");
     let total = outer * steps * inner * d;
     let (date, first_outer) = (2u32, 11u32);
-    let mut full = poisoned(stream, total, f64::NAN);
+    // The states' poison: a NaN whose two words are equal, so that it reads as the same
+    // NaN through the two planes of words the kernels store the states in.
+    let nan_words = f64::from_bits(0x7ff8_7ff8_7ff8_7ff8);
+    let mut full = poisoned(stream, total, nan_words);
     plain
         .inner_paths(
             first_outer,
@@ -117,7 +120,7 @@ fn check(
             &mut full.as_view_mut(),
         )
         .expect("inner paths");
-    let mut part = poisoned(stream, total, f64::NAN);
+    let mut part = poisoned(stream, total, nan_words);
     let mut cash = poisoned(stream, outer * inner, f64::NAN);
     let mut cash_date = poisoned(stream, outer * inner, u32::MAX);
     let mut y = poisoned(stream, outer * inner, f64::NAN);
@@ -139,8 +142,8 @@ fn check(
             },
         )
         .expect("inner paths paying");
-    let full = stream.clone_dtoh(&full).expect("download");
-    let part = stream.clone_dtoh(&part).expect("download");
+    let full = planes_to_states(&stream.clone_dtoh(&full).expect("download"), inner * d);
+    let part = planes_to_states(&stream.clone_dtoh(&part).expect("download"), inner * d);
     let cash = stream.clone_dtoh(&cash).expect("download");
     let cash_date = stream.clone_dtoh(&cash_date).expect("download");
     let y = stream.clone_dtoh(&y).expect("download");

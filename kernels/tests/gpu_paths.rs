@@ -10,7 +10,9 @@
 mod common;
 use common::stream;
 use cudarc::driver::{CudaSlice, CudaStream};
-use cva_kernels::cuda::paths::{GpuPaths, MarketSteps, OUTER_STREAM};
+use cva_kernels::cuda::paths::{
+    planes_to_states, states_to_planes, GpuPaths, MarketSteps, OUTER_STREAM,
+};
 use cva_kernels::cuda::regression::{
     BasisTables, GpuOptionKind, GpuPayoff, GpuRegression, GpuUnderlying, RegressionConfig,
     RegressionSpec,
@@ -409,7 +411,8 @@ fn check_paths(correlated: bool, d: usize) {
     // contiguous copy of odd d, blocks spanning two outer paths, a partial last block).
     for inner in [37usize, 150] {
         let (k, isteps) = (3usize, 5usize);
-        // The inner paths of `g` into a NaN-poisoned buffer, back on the host.
+        // The inner paths of `g` into a NaN-poisoned buffer, back on the host (from the
+        // two planes of words into doubles).
         let run_inner = |g: &GpuPaths| {
             let mut out: CudaSlice<f64> = stream
                 .clone_htod(&vec![f64::NAN; paths * isteps * inner * d])
@@ -425,7 +428,7 @@ fn check_paths(correlated: bool, d: usize) {
                 &mut out.slice_mut(..),
             )
             .unwrap();
-            stream.clone_dtoh(&out).unwrap()
+            planes_to_states(&stream.clone_dtoh(&out).unwrap(), inner * d)
         };
         let inner_host = run_inner(&gen);
         let mut cpu_inner = vec![0.0; inner_host.len()];
@@ -634,11 +637,15 @@ fn regression_case<T: GpuReal>(
     } = cpu_regression::<T>(spec, &states[offset..], path_stride, &y, batch);
 
     let kernel = GpuRegression::<T>::new(stream, spec, config).unwrap();
-    let states_dev = stream.clone_htod(&states).unwrap();
+    // The states in the kernels' layout: each (outer path, step) block as two planes.
+    let states_dev = stream
+        .clone_htod(&states_to_planes(&states, m * d))
+        .unwrap();
     let y_dev = stream.clone_htod(&y).unwrap();
     let mut a_dev: CudaSlice<T> = stream.clone_htod(&vec![T::NAN; batch * n * n]).unwrap();
     let mut b_dev: CudaSlice<T> = stream.clone_htod(&vec![T::NAN; batch * n]).unwrap();
     let mut c_dev: CudaSlice<u32> = stream.clone_htod(&vec![u32::MAX; batch]).unwrap();
+    let mut p_dev: CudaSlice<f64> = stream.clone_htod(&vec![f64::NAN; batch * m]).unwrap();
     kernel
         .build(
             &states_dev.slice(offset..),
@@ -648,12 +655,27 @@ fn regression_case<T: GpuReal>(
             &mut a_dev.slice_mut(..),
             &mut b_dev.slice_mut(..),
             &mut c_dev.slice_mut(..),
+            &mut p_dev.slice_mut(..),
         )
         .unwrap();
     let a = stream.clone_dtoh(&a_dev).unwrap();
     let b = stream.clone_dtoh(&b_dev).unwrap();
     let c = stream.clone_dtoh(&c_dev).unwrap();
     assert_eq!(c, c_ref, "counts");
+    // Every inner path's payoff, entering or not: the bits of GpuPayoff::value.
+    let payoffs = stream.clone_dtoh(&p_dev).unwrap();
+    for l in 0..batch {
+        for mm in 0..m {
+            let row = &states[offset + l * path_stride + mm * d..][..d];
+            let want = spec.payoff.value(row);
+            assert_eq!(
+                payoffs[l * m + mm].to_bits(),
+                want.to_bits(),
+                "payoff of ({l}, {mm}): {} against {want}",
+                payoffs[l * m + mm]
+            );
+        }
+    }
     if batch > 1 && spec.itm_only {
         assert_eq!(c[1], 0);
     }

@@ -153,7 +153,10 @@ impl DeviceBasis {
     }
 }
 
-/// Inner states of `c` outer paths at one date: `(l, mm, i)` at `l * stride + mm * d + i`.
+/// Inner states of `c` outer paths at one date: outer path `l` owns the block of `m * d`
+/// doubles at `l * stride`, held as two planes of 32-bit words (the high words of
+/// element `(mm, i)` at word `mm * d + i` of the block, the low words `m * d` words
+/// further: [`super::paths::states_to_planes`]), as the path kernels store them.
 #[derive(Debug, Clone, Copy)]
 pub struct StateView<'a, 'b> {
     pub states: &'a CudaView<'b, f64>,
@@ -609,12 +612,17 @@ impl EngineKernels {
     /// where it is alive with `counts >= n` and `reports[l]` says Ok; otherwise, where it
     /// is alive with `counts > 0`, the continuation is the mean of `y` over its
     /// regression paths. With `next_date = Some(j)`, `y` is then overwritten with the
-    /// discounted cash flows at `j` (the next step's input).
+    /// discounted cash flows at `j` (the next step's input). `payoffs` (`c * m`) holds
+    /// the payoff of every inner path at `l * m + mm`, as the regression build of this
+    /// date stored it ([`super::regression::GpuRegression::build`]).
     ///
     /// Runs the streaming kernel `engine_exercise_stream_*` (a grid of a few blocks per
     /// SM whose warps stream the tiles of a range of outer paths, so that the path kernel
     /// on the other stream keeps most of each SM) where its shared memory fits, else the
-    /// warp-per-outer-path kernel; both give the same bits.
+    /// warp-per-outer-path kernel; both give the same bits. The streaming kernel reads the
+    /// states' high words and `payoffs`, and the low words only where the high words
+    /// leave a decision open (`engine_exercises_high` in `engine.cu` gives the bound); the
+    /// other kernel reads both planes and forms the payoffs itself.
     ///
     /// # Errors
     /// [`GpuError::Invalid`] if a buffer is too short, driver errors.
@@ -629,6 +637,7 @@ impl EngineKernels {
         reports: &CudaView<GpuReport>,
         alive: &CudaView<u8>,
         counts: &CudaView<u32>,
+        payoffs: &CudaView<f64>,
         discount: &CudaView<f64>,
         (date, next_date): (u32, Option<u32>),
         y: &mut CudaViewMut<f64>,
@@ -638,6 +647,7 @@ impl EngineKernels {
         view.check(payoff.max_asset.max(basis.max_asset))?;
         let (c, m, n) = (view.c, view.m, basis.n);
         if x.len() < c * n
+            || payoffs.len() < c * m
             || reports.len() < c
             || alive.len() < c
             || counts.len() < c
@@ -688,15 +698,16 @@ impl EngineKernels {
                 .arg(&next)
                 .arg(y)
                 .arg(cash)
-                .arg(cash_date);
+                .arg(cash_date)
+                .arg(payoffs);
             // SAFETY: the arguments match `engine_exercise_stream_{f64,f32}` for `T` (const
             // double*, long long, long long, int, int, int, then the payoff's six, int,
             // int, const int*, const int*, const double*, int, const real*, const
             // EngineReport*, const unsigned char*, const unsigned*, const double*, int,
-            // unsigned, int, double*, double*, unsigned*), checked as for the kernel
-            // below; the discount table (n_discount entries) and the basis tables are
-            // copied into the shared memory `exercise_stream_config` sized, with the
-            // warps' slots after them.
+            // unsigned, int, double*, double*, unsigned*, const double*), checked as for
+            // the kernel below (payoffs holds c*m, checked); the discount table
+            // (n_discount entries) and the basis tables are copied into the shared memory
+            // `exercise_stream_config` sized, with the warps' slots after them.
             unsafe { l.launch(cfg) }?;
             return Ok(());
         }
@@ -742,7 +753,8 @@ impl EngineKernels {
         let ds = view.d | 1;
         // Doubles: discount, var_inv, uw; ints: var_asset, parent, ua.
         let tables = (n_discount + n + nu + (2 * n + nu).div_ceil(2)).next_multiple_of(2);
-        let per_warp = s.bufs * (32 * ds + 48) + n.next_multiple_of(2);
+        // Per buffer: 32 rows of ds high words, then 32 payoffs, 32 cash flows, 32 dates.
+        let per_warp = s.bufs * (16 * ds + 80) + n.next_multiple_of(2);
         let bytes = (tables + s.warps * per_warp) * 8;
         if bytes > self.shared_optin || n_discount > i32::MAX as usize {
             return Ok(None);

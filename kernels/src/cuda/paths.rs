@@ -17,11 +17,16 @@
 //! They do the generic kernels' operations in the same order, so their results are the
 //! same bits.
 //!
-//! Layouts (all `f64`, row-major):
+//! Layouts (`f64` buffers, row-major):
 //! - outer paths: `out[(l * (steps + 1) + k) * d + i]`, `k = 0` the spots;
-//! - inner paths from the states at exposure date `k`: `out[((l * steps + s) * inner + mm) * d + i]`
-//!   is asset `i` of inner path `mm` of outer path `l` at date `k + 1 + s` (the CPU
-//!   engine's `[l][s][mm][i]`).
+//! - inner paths from the states at exposure date `k`: the block of `inner * d` doubles at
+//!   `out[(l * steps + s) * inner * d ..]` holds the states of outer path `l` at date
+//!   `k + 1 + s` (the place of the CPU engine's `[l][s][mm][i]`), as two planes of 32-bit
+//!   words: word `mm * d + i` of the block is the high word (sign, exponent, top 20 bits
+//!   of the significand) of asset `i` of inner path `mm`, word `inner * d + mm * d + i`
+//!   its low word. The regression build reads both planes; the exercise update reads the
+//!   high words and, where they leave its decision open, the low words
+//!   ([`states_to_planes`] and [`planes_to_states`] convert on the host).
 
 use super::module::{compile_cubin, source_file};
 use super::regression::{GpuOptionKind, GpuPayoff, GpuUnderlying};
@@ -32,6 +37,62 @@ use cudarc::driver::{
     LaunchConfig, PushKernelArg,
 };
 use std::sync::Arc;
+
+/// The two-plane form of inner states (module doc): each block of `block` doubles of
+/// `states` (one outer path at one date, `block = inner * d`) becomes its `block` high
+/// words followed by its `block` low words, in the same `8 * block` bytes (words in
+/// device order, little-endian: the low half of a double is its first word). The
+/// doubles are carried by their bits.
+///
+/// # Panics
+/// If `block` is 0 or does not divide `states.len()`.
+pub fn states_to_planes(states: &[f64], block: usize) -> Vec<f64> {
+    assert!(
+        block > 0 && states.len() % block == 0,
+        "states: blocks of {block}"
+    );
+    let mut out = Vec::with_capacity(states.len());
+    let mut words = vec![0u32; 2 * block];
+    for b in states.chunks_exact(block) {
+        for (e, x) in b.iter().enumerate() {
+            let bits = x.to_bits();
+            words[e] = (bits >> 32) as u32;
+            words[block + e] = bits as u32;
+        }
+        out.extend(
+            words
+                .chunks_exact(2)
+                .map(|w| f64::from_bits(u64::from(w[1]) << 32 | u64::from(w[0]))),
+        );
+    }
+    out
+}
+
+/// The inverse of [`states_to_planes`]: the doubles of each block of `block`.
+///
+/// # Panics
+/// If `block` is 0 or does not divide `planes.len()`.
+pub fn planes_to_states(planes: &[f64], block: usize) -> Vec<f64> {
+    assert!(
+        block > 0 && planes.len() % block == 0,
+        "planes: blocks of {block}"
+    );
+    let mut out = Vec::with_capacity(planes.len());
+    for b in planes.chunks_exact(block) {
+        let words: Vec<u32> = b
+            .iter()
+            .flat_map(|x| {
+                let bits = x.to_bits();
+                [bits as u32, (bits >> 32) as u32]
+            })
+            .collect();
+        out.extend(
+            (0..block)
+                .map(|e| f64::from_bits(u64::from(words[e]) << 32 | u64::from(words[block + e]))),
+        );
+    }
+    out
+}
 
 const PATHS_CU: &str = include_str!("../../cuda/paths.cu");
 
@@ -767,6 +828,55 @@ impl GpuPaths {
 
 #[cfg(test)]
 mod tests {
+    /// Blocks of 3 x 5 and of 1 x 1 doubles with special values (signed zeros,
+    /// subnormals, infinities, NaN with a payload in the low word only) survive the round
+    /// trip bit for bit, and the words sit where the kernels look for them.
+    #[test]
+    fn state_planes_round_trip() {
+        let specials = [
+            0.0,
+            -0.0,
+            f64::MIN_POSITIVE / 3.0,
+            1.0,
+            1.0 + f64::EPSILON,
+            -2.5,
+            f64::MAX,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::from_bits(0x7ff0_0000_0000_0001),
+            f64::from_bits(0xfff8_0000_dead_beef),
+            0.1,
+            std::f64::consts::PI,
+            1e-300,
+            -7.0e200,
+        ];
+        for block in [15, 1, 5] {
+            let states: Vec<f64> = (0..3 * 15).map(|k| specials[(7 * k + 3) % 15]).collect();
+            let planes = super::states_to_planes(&states, block);
+            assert_eq!(planes.len(), states.len());
+            let words: Vec<u32> = planes
+                .iter()
+                .flat_map(|x| [x.to_bits() as u32, (x.to_bits() >> 32) as u32])
+                .collect();
+            for (k, x) in states.iter().enumerate() {
+                let (b, e) = (k / block, k % block);
+                assert_eq!(
+                    words[2 * b * block + e],
+                    (x.to_bits() >> 32) as u32,
+                    "high word {k}"
+                );
+                assert_eq!(
+                    words[2 * b * block + block + e],
+                    x.to_bits() as u32,
+                    "low word {k}"
+                );
+            }
+            let back = super::planes_to_states(&planes, block);
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&back), bits(&states), "block {block}");
+        }
+    }
+
     #[test]
     fn exp_fallback_only_for_large_increments() {
         let (spots, drift) = (vec![100.0; 2], vec![-1e-3; 2]);

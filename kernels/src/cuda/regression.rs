@@ -94,62 +94,35 @@ impl GpuPayoff {
         }
     }
 
-    /// The device function `bool payoff_enters(const double* s, double strike)` of the
-    /// build kernel: whether [`Self::value`] of the asset prices `s` is `> 0`, decided
-    /// exactly as that comparison (with this payoff's strike passed in), the assets,
-    /// weights and call/put compiled in (weights as exact bit patterns).
-    ///
-    /// An asset or basket level is formed with the operations of [`Self::value`] in its
-    /// order, then `fmax(level - K, 0) > 0` (call) or `fmax(K - level, 0) > 0` (put).
-    /// On the maximum the comparison is taken apart instead: `value > 0` is
-    /// `level - K > 0` (call), and since `a - b > 0` exactly when `a > b` in IEEE
-    /// arithmetic with subnormals (also for infinities and NaN) and the fold of `max`
-    /// from `-inf` is the largest non-NaN price, or `-inf` if there is none, a call
-    /// enters when some price `S_k > K` and a put (`K - level > 0`, i.e. `K > level`)
-    /// when `K > -inf` and no price has `S_k >= K` (a NaN price compares false): one
-    /// predicated comparison per asset instead of a chain of `fmax`.
-    fn enters_source(&self) -> String {
-        let put = self.kind == GpuOptionKind::Put;
-        let from_level = |level: String| {
-            let gap = if put {
-                format!("strike - ({level})")
-            } else {
-                format!("({level}) - strike")
-            };
-            format!("fmax({gap}, 0.0) > 0.0")
+    /// The device function `double payoff_value(const unsigned* hi, const unsigned* lo,
+    /// double strike)` of the build kernels: [`Self::value`] of the asset prices
+    /// `state_join(hi, lo, i)` (the inner states' two planes of words, `async_copy.cu`),
+    /// with the operations of `engine_payoff` (`engine.cu`) in its order, so the same bits:
+    /// the level `S_i`, the basket `((0 + w_0 S_i0) + w_1 S_i1) + ...` (weights as exact
+    /// bit patterns) or the maximum `fmax(..fmax(-inf, S_i0)..)`, then
+    /// `fmax(level - K, 0)` (call) or `fmax(K - level, 0)` (put), the strike passed in.
+    fn value_source(&self) -> String {
+        let s = |i: usize| format!("state_join(hi, lo, {i})");
+        let level = match &self.underlying {
+            GpuUnderlying::Asset(i) => s(*i),
+            GpuUnderlying::Basket(w) => w.iter().fold("0.0".to_string(), |acc, &(i, wi)| {
+                format!(
+                    "({acc} + __longlong_as_double(0x{:016x}LL) * {})",
+                    wi.to_bits(),
+                    s(i)
+                )
+            }),
+            GpuUnderlying::Max(v) => v.iter().fold(
+                "__longlong_as_double(0xfff0000000000000LL)".to_string(),
+                |acc, &i| format!("fmax({acc}, {})", s(i)),
+            ),
         };
-        let body = match &self.underlying {
-            GpuUnderlying::Asset(i) => from_level(format!("s[{i}]")),
-            GpuUnderlying::Basket(w) => {
-                from_level(w.iter().fold("0.0".to_string(), |acc, &(i, wi)| {
-                    format!(
-                        "({acc} + __longlong_as_double(0x{:016x}LL) * s[{i}])",
-                        wi.to_bits()
-                    )
-                }))
-            }
-            GpuUnderlying::Max(v) if !put => {
-                let terms: Vec<String> = v.iter().map(|i| format!("(s[{i}] > strike)")).collect();
-                if terms.is_empty() {
-                    "false".to_string()
-                } else {
-                    terms.join(" | ")
-                }
-            }
-            GpuUnderlying::Max(v) => {
-                let terms: Vec<String> = v.iter().map(|i| format!("(s[{i}] >= strike)")).collect();
-                if terms.is_empty() {
-                    "(strike > __longlong_as_double(0xfff0000000000000LL))".to_string()
-                } else {
-                    format!(
-                        "(strike > __longlong_as_double(0xfff0000000000000LL)) & !({})",
-                        terms.join(" | ")
-                    )
-                }
-            }
+        let gap = match self.kind {
+            GpuOptionKind::Call => "level - strike",
+            GpuOptionKind::Put => "strike - level",
         };
         format!(
-            "__device__ __forceinline__ bool payoff_enters(const double* s, double strike) {{ return {body}; }}\n"
+            "__device__ __forceinline__ double payoff_value(const unsigned* hi, const unsigned* lo, double strike) {{\n    const double level = {level};\n    return fmax({gap}, 0.0);\n}}\n"
         )
     }
 
@@ -367,8 +340,8 @@ pub fn regression_source(
     let prefetch = u32::from(prefetch);
     format!(
         "#define REAL_F64 {real_f64}\n#define N {n}\n#define DEG {deg}\n#define G {g}\n#define P {p}\n#define STAGES {stages}\n#define THREADS {threads}\n#define MIN_BLOCKS {min_blocks}\n#define USE_FMA {use_fma}\n#define TILE_PREFETCH {prefetch}\n#define D {assets}\n#define TENSOR_CORES 0\n{}{}{}",
-        payoff.enters_source(),
         async_copy_source(),
+        payoff.value_source(),
         source_file("regression.cu", REGRESSION_CU)
     )
 }
@@ -387,8 +360,8 @@ pub fn regression_source_tensor_cores(
     let threads = 32 * w;
     format!(
         "#define REAL_F64 1\n#define N {n}\n#define DEG {deg}\n#define W {w}\n#define G {w}\n#define P {TENSOR_CORE_CHUNK}\n#define STAGES {stages}\n#define THREADS {threads}\n#define MIN_BLOCKS {min_blocks}\n#define USE_FMA 1\n#define TILE_PREFETCH 0\n#define D {assets}\n#define TENSOR_CORES 1\n{}{}{}",
-        payoff.enters_source(),
         async_copy_source(),
+        payoff.value_source(),
         source_file("regression.cu", REGRESSION_CU)
     )
 }
@@ -634,12 +607,15 @@ impl<T: GpuReal> GpuRegression<T> {
         &self.spec
     }
 
-    /// Builds the `batch` regressions. Inputs: `states`, element `(l, mm, i)` at
-    /// `states[l * path_stride + mm * d + i]` (for inner paths stored as by
-    /// [`super::paths::GpuPaths::inner_paths`], the view starting at step `j - k - 1`
-    /// with `path_stride = steps * m * d`); `y`, the discounted cash flow of `(l, mm)` at
-    /// `y[l * m + mm]`. Outputs: `a` (`batch * n * n`, lower triangles), `b`
-    /// (`batch * n`), `counts` (`batch`, the number of entering paths).
+    /// Builds the `batch` regressions. Inputs: `states`, the inner states of outer path
+    /// `l` in the block of `m * d` doubles at `l * path_stride`, held as two planes of
+    /// 32-bit words (high words, then low words: [`super::paths::states_to_planes`]), as
+    /// [`super::paths::GpuPaths::inner_paths`] stores them (the view starting at step
+    /// `j - k - 1` with `path_stride = steps * m * d`); `y`, the discounted cash flow of
+    /// `(l, mm)` at `y[l * m + mm]`. Outputs: `a` (`batch * n * n`, lower triangles), `b`
+    /// (`batch * n`), `counts` (`batch`, the number of entering paths) and `payoff`
+    /// (`batch * m`: the payoff of every inner path at `l * m + mm`, the bits of
+    /// [`GpuPayoff::value`], entering or not; the exercise update reads it).
     ///
     /// # Errors
     /// [`GpuError::Invalid`] if a buffer is too short, driver errors.
@@ -653,6 +629,7 @@ impl<T: GpuReal> GpuRegression<T> {
         a: &mut CudaViewMut<T>,
         b: &mut CudaViewMut<T>,
         counts: &mut CudaViewMut<u32>,
+        payoff: &mut CudaViewMut<f64>,
     ) -> Result<(), GpuError> {
         let (n, m, d) = (self.launch.n, self.spec.inner_paths, self.spec.assets);
         if batch == 0 {
@@ -664,14 +641,16 @@ impl<T: GpuReal> GpuRegression<T> {
             || a.len() < batch * n * n
             || b.len() < batch * n
             || counts.len() < batch
+            || payoff.len() < batch * m
         {
             return Err(GpuError::Invalid(format!(
-                "regression build of {batch}: states {} (need {states_need}), y {}, a {}, b {}, counts {}",
+                "regression build of {batch}: states {} (need {states_need}), y {}, a {}, b {}, counts {}, payoff {}",
                 states.len(),
                 y.len(),
                 a.len(),
                 b.len(),
-                counts.len()
+                counts.len(),
+                payoff.len()
             )));
         }
         let g = self.launch.regressions_per_block;
@@ -693,6 +672,7 @@ impl<T: GpuReal> GpuRegression<T> {
             .arg(a)
             .arg(b)
             .arg(counts)
+            .arg(payoff)
             .arg(&batch_arg)
             .arg(&m_arg)
             .arg(&d_arg)
@@ -712,10 +692,11 @@ impl<T: GpuReal> GpuRegression<T> {
         };
         // SAFETY: the argument list matches `regression_build_{f32,f64}` in
         // regression.cu, compiled for `T` (const double*, long long, const double*,
-        // real*, real*, unsigned*, long long, int, int, const int*, const double*, int,
-        // int, double, const int*, const double*, int, int). Every buffer was checked
-        // above to hold what the kernel indexes for `batch` regressions (states up to
-        // (batch-1)*path_stride + m*d, y batch*m, a batch*n*n, b batch*n, counts batch);
+        // real*, real*, unsigned*, double*, long long, int, int, const int*, const
+        // double*, int, int, double, const int*, const double*, int, int). Every buffer
+        // was checked above to hold what the kernel indexes for `batch` regressions
+        // (states up to (batch-1)*path_stride + m*d doubles, read as 2*m*d words per
+        // block, y batch*m, a batch*n*n, b batch*n, counts batch, payoff batch*m);
         // the tables were uploaded with the lengths compiled in (N*DEG) or passed (nu);
         // the block size and dynamic shared memory are the ones the kernel was compiled
         // and sized for (THREADS, `shared`). Outputs are written only, inputs read only.
@@ -772,54 +753,6 @@ mod tests {
             put(GpuUnderlying::Basket(vec![(1, 0.5), (2, 0.25)])).value(&s),
             0.5
         );
-    }
-
-    /// The comparisons `payoff_enters` makes for a maximum (see `enters_source`) decide
-    /// `value > 0` exactly, on prices and strikes with signed zeros, subnormals,
-    /// infinities and NaN.
-    #[test]
-    fn max_entry_test_is_the_payoff_sign() {
-        let specials = [
-            0.0,
-            -0.0,
-            f64::MIN_POSITIVE / 4.0,
-            -f64::MIN_POSITIVE / 4.0,
-            1.0,
-            1.0 + f64::EPSILON,
-            1.0 - f64::EPSILON / 2.0,
-            -1.0,
-            f64::MAX,
-            f64::INFINITY,
-            f64::NEG_INFINITY,
-            f64::NAN,
-        ];
-        let mut cases = 0;
-        for &strike in &specials {
-            for &a in &specials {
-                for &b in &specials {
-                    for s in [vec![a], vec![a, b], vec![b, a, a]] {
-                        let assets: Vec<usize> = (0..s.len()).collect();
-                        for kind in [GpuOptionKind::Call, GpuOptionKind::Put] {
-                            let payoff = GpuPayoff {
-                                underlying: GpuUnderlying::Max(assets.clone()),
-                                kind,
-                                strike,
-                            };
-                            let reference = payoff.value(&s) > 0.0;
-                            let enters = match kind {
-                                GpuOptionKind::Call => s.iter().any(|&x| x > strike),
-                                GpuOptionKind::Put => {
-                                    strike > f64::NEG_INFINITY && !s.iter().any(|&x| x >= strike)
-                                }
-                            };
-                            assert_eq!(enters, reference, "{kind:?} K={strike} S={s:?}");
-                            cases += 1;
-                        }
-                    }
-                }
-            }
-        }
-        assert_eq!(cases, 12 * 12 * 12 * 3 * 2);
     }
 
     /// Compiles the kernel for a few shapes (needs libnvrtc, no GPU: ignored on CI).
