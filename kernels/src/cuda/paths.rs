@@ -48,7 +48,7 @@ use std::sync::Arc;
 /// If `block` is 0 or does not divide `states.len()`.
 pub fn states_to_planes(states: &[f64], block: usize) -> Vec<f64> {
     assert!(
-        block > 0 && states.len() % block == 0,
+        block > 0 && states.len().is_multiple_of(block),
         "states: blocks of {block}"
     );
     let mut out = Vec::with_capacity(states.len());
@@ -74,7 +74,7 @@ pub fn states_to_planes(states: &[f64], block: usize) -> Vec<f64> {
 /// If `block` is 0 or does not divide `planes.len()`.
 pub fn planes_to_states(planes: &[f64], block: usize) -> Vec<f64> {
     assert!(
-        block > 0 && planes.len() % block == 0,
+        block > 0 && planes.len().is_multiple_of(block),
         "planes: blocks of {block}"
     );
     let mut out = Vec::with_capacity(planes.len());
