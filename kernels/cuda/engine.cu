@@ -227,10 +227,36 @@ extern "C" __global__ void engine_european(const double* __restrict__ states, lo
     if (lane == 0) values[l] = values[l] + q * df * sum / (double)m;
 }
 
+// The continuation psi(s) . beta of one inner path with states s, as the CPU engine forms
+// it: ((0 + 1 beta_0) + psi_1 beta_1) + ..., psi_k = psi_parent[k] * (S[var_asset[k]] *
+// var_inv[k]) (on a flat basis psi_k = S[var_asset[k]] * var_inv[k]). The flat loop is
+// unrolled by 8 (the loads of 8 terms in flight ahead of the chain; the same operations in
+// the same order).
+template <typename Row>
+__device__ __forceinline__ double engine_continuation(const Row& s, const double* beta, int flat,
+                                                      int n, const int* parent,
+                                                      const int* var_asset,
+                                                      const double* var_inv) {
+    double continuation = 0.0;
+    continuation = continuation + 1.0 * beta[0];
+    if (flat) {
+#pragma unroll 8
+        for (int k = 1; k < n; ++k)
+            continuation = continuation + (s[var_asset[k]] * var_inv[k]) * beta[k];
+    } else {
+        double psi[ENGINE_MAX_N];
+        psi[0] = 1.0;
+        for (int k = 1; k < n; ++k) {
+            psi[k] = psi[parent[k]] * (s[var_asset[k]] * var_inv[k]);
+            continuation = continuation + psi[k] * beta[k];
+        }
+    }
+    return continuation;
+}
+
 // The exercise decision of one inner path with states s: where the payoff is positive and
 // at least the continuation (psi . beta when ok, else mean), *cf becomes the payoff and
-// the function returns true. The loops are unrolled by 8 (the loads of 8 terms in flight
-// ahead of the chain; the same operations in the same order).
+// the function returns true.
 template <typename Row>
 __device__ __forceinline__ bool engine_exercises(
     const Row& s, int kind, int put, double strike, const int* ua, const double* uw, int nu,
@@ -238,25 +264,8 @@ __device__ __forceinline__ bool engine_exercises(
     const int* var_asset, const double* var_inv, double* cf) {
     const double payoff = engine_payoff(s, kind, put, strike, ua, uw, nu);
     if (!(payoff > 0.0)) return false;
-    double continuation;
-    if (ok) {
-        continuation = 0.0;
-        continuation = continuation + 1.0 * beta[0];
-        if (flat) {
-#pragma unroll 8
-            for (int k = 1; k < n; ++k)
-                continuation = continuation + (s[var_asset[k]] * var_inv[k]) * beta[k];
-        } else {
-            double psi[ENGINE_MAX_N];
-            psi[0] = 1.0;
-            for (int k = 1; k < n; ++k) {
-                psi[k] = psi[parent[k]] * (s[var_asset[k]] * var_inv[k]);
-                continuation = continuation + psi[k] * beta[k];
-            }
-        }
-    } else {
-        continuation = mean;
-    }
+    const double continuation =
+        ok ? engine_continuation(s, beta, flat, n, parent, var_asset, var_inv) : mean;
     if (!(payoff >= continuation)) return false;
     *cf = payoff;
     return true;
@@ -385,7 +394,8 @@ ENGINE_EXERCISE(engine_exercise_f32, float)
 // (fewer than n regression paths or no Ok solution, rare) reads the stored payoffs
 // straight from global memory.
 //
-// Shared memory: discount[n_discount] | var_inv[n] | var_asset[n] int | parent[n] int
+// The payoff itself is not evaluated here (no payoff tables): the stored payoffs stand for
+// it. Shared memory: discount[n_discount] | var_inv[n] | var_asset[n] int | parent[n] int
 // (rounded up to an even count of doubles), then per warp ENGINE_STREAM_BUFS slots of
 // 16 ds + 80 doubles (32 ds words of high words, then 32 doubles of payoffs, 32 of cash
 // flows, 32 dates as unsigned) and n rounded up to even doubles of beta.
@@ -402,15 +412,15 @@ ENGINE_EXERCISE(engine_exercise_f32, float)
 // arithmetic, and the two evaluations' roundings add at most gamma_(2 L + n + 1) < 2^-44
 // of a each (n, L <= 64). So with L <= Lmax (1 for a flat basis, else n - 1 < n),
 // |c - c_h| <= a (Lmax 2^-20 1.001 + 2^-39) =: bound, c being psi . beta from the full
-// states as engine_exercises forms it. Where |payoff - c_h| (rounded) exceeds the bound,
-// payoff >= c has the sign of payoff - c_h; otherwise (within the bound, a zero or
+// states as engine_continuation forms it. Where |payoff - c_h| (rounded) exceeds the
+// bound, payoff >= c has the sign of payoff - c_h; otherwise (within the bound, a zero or
 // subnormal high word, or a non-finite c_h or a), the lane reads its low words from
-// `full` and decides as engine_exercises does. The cash flow becomes the payoff where it
-// exercises.
+// `full` and compares the payoff with engine_continuation's c. The cash flow becomes the
+// payoff where it exercises.
 __device__ __forceinline__ bool engine_exercises_high(
-    const unsigned* h, const StateRow& full, double payoff, int kind, int put, double strike,
-    const int* ua, const double* uw, int nu, bool ok, const double* beta, double mean,
-    int flat, int n, const int* parent, const int* var_asset, const double* var_inv, double* cf) {
+    const unsigned* h, const StateRow& full, double payoff, bool ok, const double* beta,
+    double mean, int flat, int n, const int* parent, const int* var_asset, const double* var_inv,
+    double* cf) {
     if (!(payoff > 0.0)) return false;
     if (!ok) {
         if (!(payoff >= mean)) return false;
@@ -445,21 +455,20 @@ __device__ __forceinline__ bool engine_exercises_high(
     const double lmax = flat ? 1.0 : (double)n;
     const double bound = a * (lmax * 0x1.0p-20 * 1.001 + 0x1.0p-39);
     const double gap = payoff - c;
-    if (emin != 0u && fabs(gap) > bound) {
-        if (!(gap > 0.0)) return false;
-        *cf = payoff;
-        return true;
-    }
-    return engine_exercises(full, kind, put, strike, ua, uw, nu, ok, beta, mean, flat, n, parent,
-                            var_asset, var_inv, cf);
+    const bool exercised =
+        emin != 0u && fabs(gap) > bound
+            ? gap > 0.0
+            : payoff >= engine_continuation(full, beta, flat, n, parent, var_asset, var_inv);
+    if (!exercised) return false;
+    *cf = payoff;
+    return true;
 }
 
 
 template <typename real>
 __device__ __forceinline__ void engine_exercise_stream_impl(
     const double* __restrict__ states, long long stride, long long c, int m, int d, int ds,
-    int kind, int put, double strike, const int* __restrict__ ua_g,
-    const double* __restrict__ uw_g, int nu, int itm_only, int n, const int* __restrict__ parent_g,
+    int itm_only, int n, const int* __restrict__ parent_g,
     const int* __restrict__ var_asset_g, const double* __restrict__ var_inv_g, int flat,
     const real* __restrict__ x, const EngineReport* __restrict__ reports,
     const unsigned char* __restrict__ alive, const unsigned* __restrict__ counts,
@@ -470,22 +479,16 @@ __device__ __forceinline__ void engine_exercise_stream_impl(
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     double* const disc = engine_smem;
     double* const var_inv = disc + n_discount;
-    double* const uw = var_inv + n;
-    int* const var_asset = (int*)(uw + nu);
+    int* const var_asset = (int*)(var_inv + n);
     int* const parent = var_asset + n;
-    int* const ua = parent + n;
     for (int i = threadIdx.x; i < n_discount; i += blockDim.x) disc[i] = discount_g[i];
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         var_inv[i] = var_inv_g[i];
         var_asset[i] = var_asset_g[i];
         parent[i] = parent_g[i];
     }
-    for (int i = threadIdx.x; i < nu; i += blockDim.x) {
-        uw[i] = uw_g[i];
-        ua[i] = ua_g[i];
-    }
     __syncthreads();
-    const int tables = ((n_discount + n + nu) + (2 * n + nu + 1) / 2 + 1) & ~1;
+    const int tables = (n_discount + 2 * n + 1) & ~1;
     const int slot = 16 * ds + 80;
     const int npad = (n + 1) & ~1;
     double* const wsm = engine_smem + tables + (long long)warp * (K * slot + npad);
@@ -598,8 +601,7 @@ __device__ __forceinline__ void engine_exercise_stream_impl(
                 const unsigned* h = (const unsigned*)buf + lane * ds;
                 const unsigned* gh = (const unsigned*)(states + l * stride) + (long long)(mm0 + lane) * d;
                 ex = engine_exercises_high(h, StateRow{gh, gh + (long long)m * d}, buf[16 * ds + lane],
-                                           kind, put, strike, ua, uw, nu, ok, beta, mean, flat, n,
-                                           parent, var_asset, var_inv, &cf);
+                                           ok, beta, mean, flat, n, parent, var_asset, var_inv, &cf);
             }
             engine_exercise_store(ex, date, t, cf, cd, disc, next_date, cash, cash_date, y);
         }
@@ -615,8 +617,7 @@ __device__ __forceinline__ void engine_exercise_stream_impl(
 #define ENGINE_EXERCISE_STREAM(name, real)                                                     \
     extern "C" __global__ void name(                                                           \
         const double* __restrict__ states, long long stride, long long c, int m, int d,        \
-        int ds, int kind, int put, double strike, const int* __restrict__ ua,                  \
-        const double* __restrict__ uw, int nu, int itm_only, int n,                            \
+        int ds, int itm_only, int n,                                                           \
         const int* __restrict__ parent, const int* __restrict__ var_asset,                    \
         const double* __restrict__ var_inv, int flat, const real* __restrict__ x,             \
         const EngineReport* __restrict__ reports, const unsigned char* __restrict__ alive,    \
@@ -624,8 +625,8 @@ __device__ __forceinline__ void engine_exercise_stream_impl(
         int n_discount, unsigned date, int next_date, double* __restrict__ y,                 \
         double* __restrict__ cash, unsigned* __restrict__ cash_date,                          \
         const double* __restrict__ payoff) {                                                  \
-        engine_exercise_stream_impl<real>(states, stride, c, m, d, ds, kind, put, strike, ua, \
-                                          uw, nu, itm_only, n, parent, var_asset, var_inv,    \
+        engine_exercise_stream_impl<real>(states, stride, c, m, d, ds, itm_only, n, parent,   \
+                                          var_asset, var_inv,                                  \
                                           flat, x, reports, alive, counts, discount,          \
                                           n_discount, date, next_date, y, cash, cash_date,    \
                                           payoff);                                            \

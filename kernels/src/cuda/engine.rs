@@ -673,9 +673,7 @@ impl EngineKernels {
             counts,
             discount,
         };
-        if let Some(cfg) =
-            self.exercise_stream_config(&view, n, payoff.len as usize, discount.len())?
-        {
+        if let Some(cfg) = self.exercise_stream_config(&view, n, discount.len())? {
             let (stride, c64, m32, d32) = (view.stride as i64, c as i64, m as i32, view.d as i32);
             let ds = (view.d | 1) as i32;
             let n_discount = discount.len() as i32;
@@ -691,7 +689,6 @@ impl EngineKernels {
                 .arg(&m32)
                 .arg(&d32)
                 .arg(&ds);
-            payoff_args(&mut l, payoff);
             inputs.push(&mut l);
             l.arg(&n_discount)
                 .arg(&date)
@@ -701,8 +698,8 @@ impl EngineKernels {
                 .arg(cash_date)
                 .arg(payoffs);
             // SAFETY: the arguments match `engine_exercise_stream_{f64,f32}` for `T` (const
-            // double*, long long, long long, int, int, int, then the payoff's six, int,
-            // int, const int*, const int*, const double*, int, const real*, const
+            // double*, long long, long long, int, int, int, then int, int, const int*,
+            // const int*, const double*, int, const real*, const
             // EngineReport*, const unsigned char*, const unsigned*, const double*, int,
             // unsigned, int, double*, double*, unsigned*, const double*), checked as for
             // the kernel below (payoffs holds c*m, checked); the discount table
@@ -743,7 +740,6 @@ impl EngineKernels {
         &self,
         view: &StateView,
         n: usize,
-        nu: usize,
         n_discount: usize,
     ) -> Result<Option<LaunchConfig>, GpuError> {
         let s = exercise_stream();
@@ -751,8 +747,8 @@ impl EngineKernels {
             return Ok(None);
         }
         let ds = view.d | 1;
-        // Doubles: discount, var_inv, uw; ints: var_asset, parent, ua.
-        let tables = (n_discount + n + nu + (2 * n + nu).div_ceil(2)).next_multiple_of(2);
+        // Doubles: discount, var_inv; ints: var_asset, parent.
+        let tables = (n_discount + 2 * n).next_multiple_of(2);
         // Per buffer: 32 rows of ds high words, then 32 payoffs, 32 cash flows, 32 dates.
         let per_warp = s.bufs * (16 * ds + 80) + n.next_multiple_of(2);
         let bytes = (tables + s.warps * per_warp) * 8;
