@@ -76,11 +76,17 @@ template <int FULLW>
 __device__ __forceinline__ void warp_copy_words_async(unsigned* dst, const unsigned* src, int nw,
                                                       bool full, bool vec, int lane) {
     if (vec && full) {
+#if __CUDA_ARCH__ >= 800
+        // The lane's first addresses in the shared and global windows once; the rest at
+        // immediate offsets (512 bytes per round of the warp).
+        const unsigned dl = (unsigned)__cvta_generic_to_shared(dst + 4 * lane);
+        const unsigned long long gl = (unsigned long long)__cvta_generic_to_global(src + 4 * lane);
 #pragma unroll
-        for (int i = 0; i < (FULLW / 4 + 31) / 32; ++i) {
-            const int r = 4 * (lane + 32 * i);
-            if (r < FULLW) async_copy16(dst + r, src + r);
-        }
+        for (int i = 0; i < (FULLW / 4 + 31) / 32; ++i)
+            if (4 * (lane + 32 * i) < FULLW) async_copy16_raw(dl + 512 * i, gl + 512 * i);
+#else
+        for (int r = 4 * lane; r < FULLW; r += 128) async_copy16(dst + r, src + r);
+#endif
         return;
     }
     const int nv = vec ? (nw & ~3) : 0;

@@ -120,17 +120,18 @@ __device__ __forceinline__ void load_quad(const real* row, int q, real v[4]) {
 // One warp per regression, no block barriers. The warp stages chunks of 32 paths
 // (`cp.async`, STAGES - 1 chunks ahead) into its own buffers rawh / rawl[STAGES][32 D]
 // (the two planes of words) and yraw[STAGES][32]; lane p evaluates the payoff of path p
-// of the chunk and stores it, a ballot gives the entering paths. Psi is never stored: for every k-step of 4 paths the lanes form
-// the fragments straight from the staged states. Augmented columns: 0..N-1 the basis
-// functions, N the cash flow y, N+1 .. 8 NB - 1 zero; path k0 + t%4 is the row lane t
-// owns, its column 8 I + t/4 for I < NB (psi of a path that does not enter is 0, so it
-// adds exact zeros). With mma.sync m8n8k4 (A 8 x 4 row-major: lane t holds
-// A[t/4][t%4]; B 4 x 8 column-major: lane t holds B[t%4][t/4]; C 8 x 8: lane t holds
-// C[t/4][2 (t%4) + {0, 1}]) the A fragment of Psi^T for row block I and the B fragment
-// of Psi for column block I are the same value, so one value per lane and block feeds
-// both: block (I, J), I >= J, of [Psi y]^T [Psi y] is acc[I][J] += frag[I] x frag[J].
-// Per 4 paths: NB (+ chain length - 1) + 1 shared loads per lane, NB (NB + 1) / 2
-// DMMAs; 4-path steps in which no path enters are skipped. b is row N.
+// of the chunk and stores it, a ballot gives the entering paths. Psi is never stored: for
+// every k-step of 4 paths the lanes form the fragments straight from the staged states.
+// Augmented columns: 0..N-1 the basis functions, N the cash flow y, N+1 .. 8 NB - 1 zero;
+// path k0 + t%4 is the row lane t owns, its column 8 I + t/4 for I < NB (psi of a path
+// that does not enter is 0, so it adds exact zeros). With mma.sync m8n8k4 (A 8 x 4
+// row-major: lane t holds A[t/4][t%4]; B 4 x 8 column-major: lane t holds B[t%4][t/4]; C
+// 8 x 8: lane t holds C[t/4][2 (t%4) + {0, 1}]) the A fragment of Psi^T for row block I
+// and the B fragment of Psi for column block I are the same value, so one value per lane
+// and block feeds both: block (I, J), I >= J, of [Psi y]^T [Psi y] is acc[I][J] +=
+// frag[I] x frag[J].
+// Per 4 paths: NB (+ chain length - 1) states (two 4-byte shared loads each) and y per
+// lane, NB (NB + 1) / 2 DMMAs; 4-path steps in which no path enters are skipped. b is row N.
 //
 // Arithmetic: psi as in the tile kernel (evaluated in double, chains from the root);
 // the sums' order and rounding are the tensor cores' (a DMMA adds 4 products per step),
