@@ -160,13 +160,14 @@ impl PhaseClock {
         self.record(0, stream)
     }
 
-    /// Starts a new interval now unless marks are pending (then the next mark closes the
-    /// interval since the last one: work queued back to back on one stream).
-    fn resume(&mut self, stream: &CudaStream) -> Result<(), GpuError> {
+    /// Starts a new interval now: with marks pending, by closing the interval since the
+    /// last one as waiting time (`name` in the profile, in no phase), so that the marks
+    /// of several intervals can wait for one flush.
+    fn restart(&mut self, stream: &CudaStream, name: &'static str) -> Result<(), GpuError> {
         if self.marks.is_empty() {
             self.start(stream)
         } else {
-            Ok(())
+            self.mark(stream, Phase::Wait, name)
         }
     }
 
@@ -879,7 +880,11 @@ impl<T: GpuReal> GpuEngine<T> {
         let stride = steps * m * d;
         let set = k % 2;
         let pstream = self.paths.stream();
-        pclock.resume(pstream)?;
+        // The path stream's clock is flushed once per chunk (a flush waits for the marked
+        // work, and the inner paths of t_{k+2} are queued before the host's wait at the end
+        // of t_k): the time since its last mark, waiting for a set or for the host, is
+        // booked to no phase.
+        pclock.restart(pstream, "path stream waiting (set or host)")?;
         // The cash flows at maturity straight from the inner-path kernel (see
         // `pays_at_maturity`): its position is the one maturing at `last`.
         if let Some(p) = self.pays_at_maturity {
@@ -980,18 +985,21 @@ impl<T: GpuReal> GpuEngine<T> {
         // `set_free[s]`: recorded on the engine stream after its last use of set s.
         let mut set_free: [Option<CudaEvent>; 2] = [None, None];
         inner_ready[0] = self.queue_inner_paths(scenario, b, (c0, c), 0, pclock)?;
+        // The last exposure date whose inner paths are queued.
+        let mut queued = 0;
         if two_streams {
             // The outer states (and the first date's inner paths, needed next anyway).
             stream.join(pstream)?;
         }
 
         for k in 0..=n_dates {
-            if k < n_dates {
+            if k < n_dates && queued < k + 1 {
                 if let Some(free) = set_free[(k + 1) % 2].take() {
                     pstream.wait(&free)?;
                 }
                 inner_ready[(k + 1) % 2] =
                     self.queue_inner_paths(scenario, b, (c0, c), k + 1, pclock)?;
+                queued = k + 1;
                 if k == 0 && self.test_oom_above.is_some_and(|t| c > t) {
                     return Err(GpuError::Cuda(DriverError(
                         CUresult::CUDA_ERROR_OUT_OF_MEMORY,
@@ -1022,7 +1030,6 @@ impl<T: GpuReal> GpuEngine<T> {
             clock.mark(stream, Phase::Exposure, "pay maturing")?;
             let Some(last) = last_maturity_after(positions, k) else {
                 clock.flush(timings)?;
-                pclock.flush(timings)?;
                 if k < n_dates {
                     progress.date_done();
                 }
@@ -1193,6 +1200,21 @@ impl<T: GpuReal> GpuEngine<T> {
             if two_streams {
                 set_free[set] =
                     Some(stream.record_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))?);
+                // The inner paths of t_{k+2} (the same set) go on the path stream now,
+                // behind the event that frees the set, before the host waits for this
+                // date's step counts below: the path kernel then runs through the host's
+                // turnaround between dates, which used to leave the whole device idle
+                // (the inner paths of t_{k+1} are done by then; benches/RESULTS.md,
+                // twenty-first session, round 11). The same kernels in the same order on
+                // each stream: the same bits.
+                if k + 2 <= n_dates {
+                    if let Some(free) = set_free[set].take() {
+                        pstream.wait(&free)?;
+                    }
+                    inner_ready[set] =
+                        self.queue_inner_paths(scenario, b, (c0, c), k + 2, pclock)?;
+                    queued = k + 2;
+                }
             }
             // The date's step counts (one copy per exposure date): the memory rule
             // needs them before the next date's solves.
@@ -1218,11 +1240,11 @@ impl<T: GpuReal> GpuEngine<T> {
                 clock.mark(stream, Phase::Exposure, "step counts copy")?;
             }
             clock.flush(timings)?;
-            pclock.flush(timings)?;
             if k < n_dates {
                 progress.date_done();
             }
         }
+        pclock.flush(timings)?;
         out.outer_exercises = stream.clone_dtoh(&b.exercises)?[0] as usize;
 
         // The residuals of the chunk's steps (one copy per chunk; `simulate` reads them).
