@@ -1202,11 +1202,11 @@ impl<T: GpuReal> GpuEngine<T> {
                     Some(stream.record_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))?);
                 // The inner paths of t_{k+2} (the same set) go on the path stream now,
                 // behind the event that frees the set, before the host waits for this
-                // date's step counts below: the path kernel then runs through the host's
-                // turnaround between dates, which used to leave the whole device idle
-                // (the inner paths of t_{k+1} are done by then; benches/RESULTS.md,
-                // twenty-first session, round 11). The same kernels in the same order on
-                // each stream: the same bits.
+                // date's step counts below: the path kernel can then run through the
+                // host's turnaround between dates, when the inner paths of t_{k+1} are
+                // usually done already (H100, basket29: 100k -2.5%, 1M -1.5%;
+                // benches/RESULTS.md, twenty-first session, round 11). The same kernels in
+                // the same order on each stream: the same bits.
                 if k + 2 <= n_dates {
                     if let Some(free) = set_free[set].take() {
                         pstream.wait(&free)?;
