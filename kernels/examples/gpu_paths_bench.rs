@@ -19,8 +19,8 @@
 //! only. CUDA events, 2 warm-up runs, median of 10.
 //!
 //! Floors per regression: bytes = states (m d 8) + y (m 8) + the payoffs stored (m 8) +
-//! lower triangle of A and b in the working precision + the count, at the measured copy bandwidth; arithmetic =
-//! m (n+1)(n+2)/2 multiply-adds (b as row n of the augmented matrix), each a multiply
+//! lower triangle of A and b in the working precision + the count, at the measured copy
+//! bandwidth; arithmetic = m (n+1)(n+2)/2 multiply-adds (b as row n of the augmented matrix), each a multiply
 //! and an add unless fused, at the device's FP64 / FP32 lane rate; for the tensor-core
 //! kernel (m / 4) x 10 DMMAs of 256 fused multiply-adds at twice the FP64 lane rate.
 

@@ -29,7 +29,7 @@
 //!   ([`states_to_planes`] and [`planes_to_states`] convert on the host).
 
 use super::module::{compile_cubin, source_file};
-use super::regression::{GpuOptionKind, GpuPayoff, GpuUnderlying};
+use super::regression::{GpuPayoff, GpuUnderlying};
 use super::GpuError;
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{
@@ -78,14 +78,13 @@ pub fn planes_to_states(planes: &[f64], block: usize) -> Vec<f64> {
         "planes: blocks of {block}"
     );
     let mut out = Vec::with_capacity(planes.len());
+    let mut words = vec![0u32; 2 * block];
     for b in planes.chunks_exact(block) {
-        let words: Vec<u32> = b
-            .iter()
-            .flat_map(|x| {
-                let bits = x.to_bits();
-                [bits as u32, (bits >> 32) as u32]
-            })
-            .collect();
+        for (w, x) in words.chunks_exact_mut(2).zip(b) {
+            let bits = x.to_bits();
+            w[0] = bits as u32;
+            w[1] = (bits >> 32) as u32;
+        }
         out.extend(
             (0..block)
                 .map(|e| f64::from_bits(u64::from(words[e]) << 32 | u64::from(words[block + e]))),
@@ -171,30 +170,19 @@ fn c_array(name: &str, values: &[f64]) -> String {
 /// then `fmax(level - K, 0)` (call) or `fmax(K - level, 0)` (put); weights and strike as
 /// exact hexadecimal literals. `None` for a non-finite strike or weight.
 pub fn payoff_value_source(payoff: &GpuPayoff) -> Option<String> {
-    let s = |i: usize| format!("xs[{i} * ld]");
-    let level = match &payoff.underlying {
-        GpuUnderlying::Asset(i) => s(*i),
-        GpuUnderlying::Basket(w) => {
-            if !w.iter().all(|(_, x)| x.is_finite()) {
-                return None;
-            }
-            w.iter().fold("0.0".to_string(), |acc, &(i, wi)| {
-                format!("({acc} + ({}) * {})", c_literal(wi), s(i))
-            })
+    if let GpuUnderlying::Basket(w) = &payoff.underlying {
+        if !w.iter().all(|(_, x)| x.is_finite()) {
+            return None;
         }
-        GpuUnderlying::Max(v) => v.iter().fold(
-            "__longlong_as_double(0xfff0000000000000LL)".to_string(),
-            |acc, &i| format!("fmax({acc}, {})", s(i)),
-        ),
-    };
+    }
     if !payoff.strike.is_finite() {
         return None;
     }
-    let k = format!("({})", c_literal(payoff.strike));
-    let gap = match payoff.kind {
-        GpuOptionKind::Call => format!("level - {k}"),
-        GpuOptionKind::Put => format!("{k} - level"),
-    };
+    let (level, gap) = payoff.c_expression(
+        |i| format!("xs[{i} * ld]"),
+        |w| format!("({})", c_literal(w)),
+        &format!("({})", c_literal(payoff.strike)),
+    );
     Some(format!(
         "__device__ __forceinline__ double paths_payoff(const double* xs, int ld) {{
     const double level = {level};
@@ -936,7 +924,7 @@ mod tests {
     }
 
     fn payoffs() -> Vec<super::GpuPayoff> {
-        use super::{GpuOptionKind, GpuPayoff, GpuUnderlying};
+        use crate::cuda::regression::{GpuOptionKind, GpuPayoff, GpuUnderlying};
         let mut v = Vec::new();
         for kind in [GpuOptionKind::Call, GpuOptionKind::Put] {
             for underlying in [
@@ -957,7 +945,7 @@ mod tests {
 
     #[test]
     fn payoff_source_has_exact_constants_and_refuses_non_finite_ones() {
-        use super::{GpuOptionKind, GpuPayoff, GpuUnderlying};
+        use crate::cuda::regression::{GpuOptionKind, GpuPayoff, GpuUnderlying};
         let basket_put = GpuPayoff {
             underlying: GpuUnderlying::Basket(vec![(0, 0.25), (4, -0.1)]),
             kind: GpuOptionKind::Put,

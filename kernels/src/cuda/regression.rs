@@ -94,33 +94,47 @@ impl GpuPayoff {
         }
     }
 
-    /// The device function `double payoff_value(const unsigned* hi, const unsigned* lo,
-    /// double strike)` of the build kernels: [`Self::value`] of the asset prices
-    /// `state_join(hi, lo, i)` (the inner states' two planes of words, `async_copy.cu`),
-    /// with the operations of `engine_payoff` (`engine.cu`) in its order, so the same bits:
-    /// the level `S_i`, the basket `((0 + w_0 S_i0) + w_1 S_i1) + ...` (weights as exact
-    /// bit patterns) or the maximum `fmax(..fmax(-inf, S_i0)..)`, then
-    /// `fmax(level - K, 0)` (call) or `fmax(K - level, 0)` (put), the strike passed in.
-    fn value_source(&self) -> String {
-        let s = |i: usize| format!("state_join(hi, lo, {i})");
+    /// The payoff as CUDA C, with the operations of `engine_payoff` (`engine.cu`) and of
+    /// [`Self::value`] in their order, so the same bits: `(level, gap)`, the level `S_i`,
+    /// the basket `((0.0 + w_0 S_i0) + w_1 S_i1) + ...` or the maximum
+    /// `fmax(..fmax(-inf, S_i0)..)`, and the gap `level - K` (call) or `K - level` (put),
+    /// whose `fmax(gap, 0.0)` is the payoff. `price(i)` writes the price of asset `i`,
+    /// `weight(w)` a basket weight (an exact constant), `strike` the strike. Shared by the
+    /// build kernels' `payoff_value` and the path kernel's `paths_payoff`
+    /// ([`super::paths::payoff_value_source`]).
+    pub(crate) fn c_expression(
+        &self,
+        price: impl Fn(usize) -> String,
+        weight: impl Fn(f64) -> String,
+        strike: &str,
+    ) -> (String, String) {
         let level = match &self.underlying {
-            GpuUnderlying::Asset(i) => s(*i),
+            GpuUnderlying::Asset(i) => price(*i),
             GpuUnderlying::Basket(w) => w.iter().fold("0.0".to_string(), |acc, &(i, wi)| {
-                format!(
-                    "({acc} + __longlong_as_double(0x{:016x}LL) * {})",
-                    wi.to_bits(),
-                    s(i)
-                )
+                format!("({acc} + {} * {})", weight(wi), price(i))
             }),
             GpuUnderlying::Max(v) => v.iter().fold(
                 "__longlong_as_double(0xfff0000000000000LL)".to_string(),
-                |acc, &i| format!("fmax({acc}, {})", s(i)),
+                |acc, &i| format!("fmax({acc}, {})", price(i)),
             ),
         };
         let gap = match self.kind {
-            GpuOptionKind::Call => "level - strike",
-            GpuOptionKind::Put => "strike - level",
+            GpuOptionKind::Call => format!("level - {strike}"),
+            GpuOptionKind::Put => format!("{strike} - level"),
         };
+        (level, gap)
+    }
+
+    /// The device function `double payoff_value(const unsigned* hi, const unsigned* lo,
+    /// double strike)` of the build kernels: [`Self::c_expression`] of the asset prices
+    /// `state_join(hi, lo, i)` (the inner states' two planes of words, `async_copy.cu`),
+    /// weights as exact bit patterns, the strike passed in.
+    fn value_source(&self) -> String {
+        let (level, gap) = self.c_expression(
+            |i| format!("state_join(hi, lo, {i})"),
+            |w| format!("__longlong_as_double(0x{:016x}LL)", w.to_bits()),
+            "strike",
+        );
         format!(
             "__device__ __forceinline__ double payoff_value(const unsigned* hi, const unsigned* lo, double strike) {{\n    const double level = {level};\n    return fmax({gap}, 0.0);\n}}\n"
         )
