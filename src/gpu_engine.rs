@@ -1134,6 +1134,8 @@ impl<T: GpuReal> GpuEngine<T> {
 
                     let options = GpuOptions {
                         start,
+                        // Skip the empty escalation levels (see the option).
+                        host_list_lengths: true,
                         ..GpuOptions::default()
                     };
                     self.solver.solve_batched_gpu::<T>(

@@ -121,6 +121,20 @@ __device__ __forceinline__ void tc_segment_sum2(double& a, double& b) {
 #define TC_SUMS 0
 #endif
 
+// Positions of a kernel that walks a batch or a list (the escalation's lists, whose
+// lengths are counters written on the device, never read on the host): the positions
+// p < listed_total(capacity, count, k0) are the systems listed_system(idx, k0, p).
+// count null: all `capacity` positions; else min(capacity, *count - k0), at least 0.
+__device__ __forceinline__ long long listed_total(long long capacity, const unsigned int* count, long long k0) {
+    if (!count) return capacity;
+    const long long left = (long long)*count - k0;
+    return left < 0 ? 0 : (left < capacity ? left : capacity);
+}
+// idx null: system k0 + p of the batch; else the listed system idx[k0 + p].
+__device__ __forceinline__ long long listed_system(const unsigned int* idx, long long k0, long long p) {
+    return idx ? (long long)idx[k0 + p] : k0 + p;
+}
+
 #ifdef N
 // Column-major packed lower triangle: column c starts at packed_col(c); entry
 // (r, c), r >= c, is at packed_col(c) + r - c.

@@ -2,7 +2,8 @@
 // Concatenated after stedc.cu (uses residual_check_warp, warp_* helpers). One warp per
 // system; the indices of the systems that need the next level are appended to a list
 // with one atomicAdd per system (order within a list is arbitrary: every system is
-// independent).
+// independent). The lists' lengths stay on the device: the next level's kernels read
+// them there (common.cu's listed_total), so the host queues every level at once.
 //
 // Level 0 runs the L D L^T kernel of ldlt.cu; with the group organisation that kernel
 // already settles the systems whose residual and growth pass and whose own pivot ratio
@@ -163,42 +164,25 @@ ENTRY(ldlt_check)(const real* __restrict__ A, const real* __restrict__ B, const 
     }
 }
 
-// As[k] = A[idx[k0 + k]], Bs[k] = B[idx[k0 + k]], k < cnt.
-extern "C" __global__ void ENTRY(gather_systems)(const real* __restrict__ A, const real* __restrict__ B,
-                                                const unsigned int* __restrict__ idx, long long k0, long long cnt,
-                                                real* __restrict__ As, real* __restrict__ Bs) {
-    const long long total = cnt * (N * N);
-    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < total;
-         e += (long long)gridDim.x * blockDim.x) {
-        const long long k = e / (N * N);
-        const int rc = (int)(e % (N * N));
-        As[e] = A[(long long)idx[k0 + k] * (N * N) + rc];
-    }
-    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < cnt * N;
-         e += (long long)gridDim.x * blockDim.x) {
-        const long long k = e / N;
-        const int i = (int)(e % N);
-        Bs[e] = B[(long long)idx[k0 + k] * N + i];
-    }
-}
-
-// After Householder + PCR on systems sys = idx[k0 + k] (idx == nullptr: k0 + k),
-// k < cnt, whose results are Xs[k], reps[k]: accept (residual <= tol and growth <=
-// threshold; X and rep of sys written) or append sys to list 2 (counters[1]).
+// After Householder + PCR, in place: the systems sys = idx[k] (k < counters[0], the
+// list 1 written by ldlt_check), or sys = k < batch (idx null), whose X[sys] and
+// rep[sys] that kernel wrote. Accept (residual <= tol and growth <= threshold: the
+// report gets the residual of this check) or append sys to list 2 (counters[1]), whose
+// X and rep divide and conquer then overwrites.
 extern "C" __global__ void __launch_bounds__(32)
 ENTRY(pcr_check)(const real* __restrict__ A, const real* __restrict__ B, const unsigned int* __restrict__ idx,
-                 long long k0, long long cnt, const real* __restrict__ Xs, const GpuReport* __restrict__ reps,
-                 real* __restrict__ X, GpuReport* __restrict__ rep, double tol, double thr,
-                 unsigned int* __restrict__ list2, unsigned int* __restrict__ counters) {
+                 long long batch, real* X, GpuReport* rep, double tol, double thr,
+                 unsigned int* __restrict__ list2, unsigned int* counters) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     real* sa = reinterpret_cast<real*>(smem_raw);
     real* sscale = sa + N * N;
     real* sx = sscale + N;
     real* sb = sx + N;
     const int lane = threadIdx.x & 31;
-    for (long long k = blockIdx.x; k < cnt; k += gridDim.x) {
-        const long long sys = idx ? (long long)idx[k0 + k] : k0 + k;
-        const unsigned st = reps[k].status;
+    const long long count = idx ? listed_total(batch, counters, 0) : batch;
+    for (long long k = blockIdx.x; k < count; k += gridDim.x) {
+        const long long sys = listed_system(idx, 0, k);
+        const unsigned st = rep[sys].status;
         if (st == STATUS_NON_FINITE_INPUT) {
             for (int i = lane; i < N; i += 32) X[sys * N + i] = real_nan();
             if (lane == 0) {
@@ -214,12 +198,11 @@ ENTRY(pcr_check)(const real* __restrict__ A, const real* __restrict__ B, const u
         Check ch;
         ch.residual = dnan();
         if (st == STATUS_OK) {
-            load_system(A, B, Xs, sys, k, sa, sb, sx, lane);
+            load_system(A, B, X, sys, sys, sa, sb, sx, lane);
             ch = residual_check_warp(sa, sb, sx, sscale, lane);
             accept = ch.residual <= tol && ch.growth <= thr;
         }
         if (accept) {
-            for (int i = lane; i < N; i += 32) X[sys * N + i] = sx[i];
             if (lane == 0) {
                 GpuReport rp;
                 rp.residual = ch.residual;

@@ -17,12 +17,17 @@
 // those with equal i mod 2s, kept at their index instead of being moved together),
 // so any n works without zero padding.
 
-// HH_TRIDIAG_OUT 1 (set by the host for the module `HouseholderTridiag`): the entry is
-// householder_tridiag(A, B, TRI, batch), which reduces P A P (P the reversal
+// Each module has two entries: the batch's systems (householder_pcr(A, B, X, rep,
+// batch)), and the listed ones (householder_pcr_listed(A, B, X, rep, batch, idx, count,
+// k0): the systems idx[k0 + p] for p < min(batch, *count - k0), X and rep written at the
+// system's own index), see householder_body.
+// HH_TRIDIAG_OUT 1 (set by the host for the module `HouseholderTridiag`): the entries are
+// householder_tridiag(A, B, TRI, batch) and householder_tridiag_listed(A, B, TRI, batch,
+// idx, count, k0), which reduces P A P (P the reversal
 // permutation, so that its steps are those of the CPU's last-row-first
 // householder_tridiagonalize on A), stops after the tridiagonalization and writes each
-// system's record (d, e, tau, Q^T b, the reflectors of P A P; common.cu's TRI_STRIDE)
-// for divide and conquer's second kernel (stedc.cu) instead of running PCR.
+// system's record (d, e, tau, Q^T b, the reflectors of P A P; common.cu's TRI_STRIDE),
+// at its position p, for divide and conquer's second kernel (stedc.cu) instead of running PCR.
 #ifndef HH_TRIDIAG_OUT
 #define HH_TRIDIAG_OUT 0
 #endif
@@ -454,17 +459,22 @@ __device__ __forceinline__ void hh_phases(real (&a)[R][N], real (&b)[R], real* s
 #endif
 
 
-#if HH_MAXREG > 0
-extern "C" __global__ void __maxnreg__(HH_MAXREG)
-#else
-extern "C" __global__ void __launch_bounds__(NSTAR > 32 ? 64 : 128)
-#endif
+// The body of both entry points of this module: LISTED false, the positions p < batch
+// of the batch (systems p, the unlisted entry; its code is the same as before lists
+// existed); LISTED true, the positions p < min(batch, *count - k0) of the list idx, the
+// systems idx[k0 + p], where *count is a list length written on the device by an
+// earlier kernel (the escalation's lists, never read on the host): every block then
+// loops over tiles (one wave of blocks), also with one buffer (HH_SINGLE).
+// OUT: X (rep the reports) or, with HH_TRIDIAG_OUT, TRI (record at position p; rep unused).
+template <bool LISTED>
+__device__ __forceinline__ void householder_body(const real* __restrict__ A, const real* __restrict__ B,
+                                                 real* __restrict__ OUT, GpuReport* __restrict__ rep,
+                                                 long long batch, const unsigned int* __restrict__ idx,
+                                                 const unsigned int* __restrict__ count, long long k0) {
 #if HH_TRIDIAG_OUT
-ENTRY(householder_tridiag)(const real* __restrict__ A, const real* __restrict__ B, real* __restrict__ TRI,
-                           long long batch) {
+    real* __restrict__ TRI = OUT;
 #else
-ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, real* __restrict__ X,
-                       GpuReport* __restrict__ rep, long long batch) {
+    real* __restrict__ X = OUT;
 #endif
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __shared__ real red_scratch[8];
@@ -490,33 +500,38 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
     const long long spb = (long long)(blockDim.x >> 5) * SPW;
 #endif
     const long long stride = (long long)gridDim.x * spb;
+    // Positions p < total, systems sys(p) (see above).
+    const long long total = LISTED ? listed_total(batch, count, k0) : batch;
+    auto system_at = [&](long long p) -> long long { return LISTED ? (long long)idx[k0 + p] : p; };
 
 #if !HH_SINGLE
-    prefetch_system(A + (g.sys < batch ? g.sys : 0) * (N * N), B + (g.sys < batch ? g.sys : 0) * N, sbase, sB0, g,
-                    g.sys < batch);
+    prefetch_system(A + (g.sys < total ? system_at(g.sys) : 0) * (N * N),
+                    B + (g.sys < total ? system_at(g.sys) : 0) * N, sbase, sB0, g, g.sys < total);
     async_copy_commit();
 #endif
 #pragma unroll 1
-    for (long long tile = blockIdx.x, it = 0; tile * spb < batch; tile += gridDim.x, ++it, g.sys += stride) {
+    for (long long tile = blockIdx.x, it = 0; tile * spb < total; tile += gridDim.x, ++it, g.sys += stride) {
+    // pos: the system's position (its record in TRI); sys: its index in A, B, X, rep.
+    const bool active = g.sys < total;
+    const long long pos = active ? g.sys : 0;
+    const long long sys = active ? system_at(pos) : 0;
 #if HH_SINGLE
     const int buf = 0;
-    prefetch_system(A + (g.sys < batch ? g.sys : 0) * (N * N), B + (g.sys < batch ? g.sys : 0) * N, sbase, sB0, g,
-                    g.sys < batch);
+    prefetch_system(A + sys * (N * N), B + sys * N, sbase, sB0, g, active);
     async_copy_commit();
     async_copy_wait<0>();
 #else
     const long long next = g.sys + stride;
+    const long long nsys = next < total ? system_at(next) : 0;
     const int buf = it & 1;
-    prefetch_system(A + (next < batch ? next : 0) * (N * N), B + (next < batch ? next : 0) * N,
-                    sbase + (buf ^ 1) * PA, sB0 + (buf ^ 1) * N, g, next < batch);
+    prefetch_system(A + nsys * (N * N), B + nsys * N, sbase + (buf ^ 1) * PA, sB0 + (buf ^ 1) * N, g,
+                    next < total);
     async_copy_commit();
     async_copy_wait<1>();
 #endif
     group_sync();
     const real* sA = sbase + buf * PA;
     const real* sB = sB0 + buf * N;
-    const bool active = g.sys < batch;
-    const long long sys = active ? g.sys : 0;
     bool bad = false;
     real b[R];
 #pragma unroll
@@ -696,7 +711,7 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
     // entries of its own rows, which it wrote itself.
     bad = group_any(bad, g, iscratch);
     if (active) {
-        real* rec = TRI + sys * TRI_STRIDE;
+        real* rec = TRI + pos * TRI_STRIDE;
 #pragma unroll
         for (int s = 0; s < R; ++s) {
             const int r = g.t + s * NSTAR;
@@ -861,13 +876,42 @@ ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, r
     }
 #endif  // HH_TRIDIAG_OUT
 #if HH_SINGLE
-    // One tile per block: the host launches a block for every tile (a loop here would
-    // let the compiler keep loop-invariant addresses in registers across tiles).
-    break;
-#else
+    // Unlisted: one tile per block, the host launches a block for every tile (a loop
+    // here would let the compiler keep loop-invariant addresses in registers across
+    // tiles). Listed: the blocks of one wave loop.
+    if constexpr (!LISTED) break;
+#endif
     // Everyone is done with this buffer before the next iteration refills it.
     group_sync();
-#endif
     }
     async_copy_wait<0>();
 }
+
+#if HH_MAXREG > 0
+#define HH_ENTRY extern "C" __global__ void __maxnreg__(HH_MAXREG)
+#else
+#define HH_ENTRY extern "C" __global__ void __launch_bounds__(NSTAR > 32 ? 64 : 128)
+#endif
+#if HH_TRIDIAG_OUT
+HH_ENTRY ENTRY(householder_tridiag)(const real* __restrict__ A, const real* __restrict__ B, real* __restrict__ TRI,
+                                    long long batch) {
+    householder_body<false>(A, B, TRI, nullptr, batch, nullptr, nullptr, 0);
+}
+HH_ENTRY ENTRY(householder_tridiag_listed)(const real* __restrict__ A, const real* __restrict__ B,
+                                           real* __restrict__ TRI, long long batch,
+                                           const unsigned int* __restrict__ idx,
+                                           const unsigned int* __restrict__ count, long long k0) {
+    householder_body<true>(A, B, TRI, nullptr, batch, idx, count, k0);
+}
+#else
+HH_ENTRY ENTRY(householder_pcr)(const real* __restrict__ A, const real* __restrict__ B, real* __restrict__ X,
+                                GpuReport* __restrict__ rep, long long batch) {
+    householder_body<false>(A, B, X, rep, batch, nullptr, nullptr, 0);
+}
+HH_ENTRY ENTRY(householder_pcr_listed)(const real* __restrict__ A, const real* __restrict__ B, real* __restrict__ X,
+                                       GpuReport* __restrict__ rep, long long batch,
+                                       const unsigned int* __restrict__ idx, const unsigned int* __restrict__ count,
+                                       long long k0) {
+    householder_body<true>(A, B, X, rep, batch, idx, count, k0);
+}
+#endif

@@ -2452,7 +2452,11 @@ constexpr int DC_WARP_BYTES = ((2 * N * (N | 1) + 11 * N) * (int)sizeof(real) + 
 extern "C" __global__ void DC_BOUNDS
 ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, const real* __restrict__ TRI,
                       real* __restrict__ X, GpuReport* __restrict__ rep, const unsigned int* __restrict__ idx,
-                      long long k0, long long count, double threshold) {
+                      const unsigned int* __restrict__ listed, long long k0, long long capacity,
+                      double threshold) {
+    // Positions k < count: systems listed_system(idx, k0, k) (common.cu), TRI record k;
+    // `listed`: the list's length as a device counter (null: `capacity` positions).
+    const long long count = listed_total(capacity, listed, k0);
     extern __shared__ __align__(16) unsigned char smem_raw[];
     real* qa;
     Ws ws;
@@ -2487,7 +2491,7 @@ ENTRY(divide_conquer)(const real* __restrict__ A, const real* __restrict__ B, co
     for (long long k = blockIdx.x; k < count; k += gridDim.x) {
         {
 #endif
-        const long long sys = idx ? (long long)idx[k0 + k] : k0 + k;
+        const long long sys = listed_system(idx, k0, k);
         const real* a = A + sys * (N * N);
 #if DC_SPLIT
         const real* rec = TRI + k * TRI_STRIDE;

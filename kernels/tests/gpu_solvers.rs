@@ -621,9 +621,11 @@ fn stedc_f32_matches_cpu() {
 /// the batch: escalation appends the systems that need the next level to its lists with
 /// one atomic per system (the order changes from run to run), and the kernels pack
 /// several systems per warp or block. [`hard_batch`] (`per = 100`, every level taken)
-/// is solved twice in its own order and once shuffled; every system must get the same
-/// bits of `x` and the same report in all three (NaN-poisoned outputs). A difference
-/// names the strategy, start, size and system.
+/// is solved twice in its own order, once shuffled, and once with
+/// `GpuOptions::host_list_lengths` flipped (escalation: the list lengths read on the host
+/// and the empty levels skipped); every system must get the same bits of `x` and the
+/// same report in all four (NaN-poisoned outputs). A difference names the strategy,
+/// start, size and system.
 fn order_independent<T: GpuReal>(
     solver: &GpuBatchSolver,
     strategy: Strategy,
@@ -664,6 +666,13 @@ fn order_independent<T: GpuReal>(
         let (x0, r0) = solve_on_device(solver, n, &a, &b, strategy, &options);
         let (x1, r1) = solve_on_device(solver, n, &a, &b, strategy, &options);
         let (xp, rp) = solve_on_device(solver, n, &pa, &pb, strategy, &options);
+        // The escalation's list lengths read on the host (empty levels skipped) instead
+        // of staying on the device: the same work, so the same bits.
+        let host_lengths = GpuOptions {
+            host_list_lengths: !options.host_list_lengths,
+            ..options
+        };
+        let (xh, rh) = solve_on_device(solver, n, &a, &b, strategy, &host_lengths);
         let mut methods = [0usize; 3];
         for (slot, &s) in perm.iter().enumerate() {
             let ctx = format!("{} n = {n} system {s} {strategy} start {start:?}", T::NAME);
@@ -671,6 +680,11 @@ fn order_independent<T: GpuReal>(
             methods[g0.method as usize] += 1;
             for (what, g, x) in [
                 ("repeat", r1[s].to_system_report(), &x1[s * n..(s + 1) * n]),
+                (
+                    "host list lengths",
+                    rh[s].to_system_report(),
+                    &xh[s * n..(s + 1) * n],
+                ),
                 (
                     "shuffled",
                     rp[slot].to_system_report(),
@@ -693,7 +707,7 @@ fn order_independent<T: GpuReal>(
         }
         eprintln!(
             "{} n = {n:2} {strategy} start {start:?}: {count} systems, methods {methods:?}, \
-             the same bits in the repeat and in the shuffled order",
+             the same bits in the repeat, in the shuffled order and with the list lengths read on the host",
             T::NAME
         );
     }

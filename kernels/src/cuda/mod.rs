@@ -35,9 +35,7 @@ pub mod tuning;
 
 pub use bench::{bench_solvers, BenchConfig, BenchReport, BenchRow};
 pub use module::{CompiledKernel, KernelFamily, KernelKey, ModuleCache};
-pub use solver::{
-    EscalationCounts, GpuBatchSolver, GpuOptions, GpuReal, GpuReport, LaunchInfo, LdltOrganisation,
-};
+pub use solver::{GpuBatchSolver, GpuOptions, GpuReal, GpuReport, LaunchInfo, LdltOrganisation};
 
 use crate::Strategy;
 

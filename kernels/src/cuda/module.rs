@@ -37,16 +37,18 @@ pub enum KernelFamily {
     LdltGroup,
     /// `ldlt_simd_{f32,f64}`: one thread per system.
     LdltSimd,
-    /// `householder_pcr_{f32,f64}`.
+    /// `householder_pcr_{f32,f64}` and `householder_pcr_listed_{f32,f64}` (the systems of
+    /// a list whose length is a device counter: the escalation's level 1).
     HouseholderPcr,
     /// `householder_tridiag_{f32,f64}`: divide and conquer's first kernel (used in f64),
     /// the tridiagonalization of `cuda/householder_pcr.cu` (same geometry and `n*`) on
-    /// the reversed matrix, writing `T`, `Q^T b` and the reflectors instead of running PCR.
+    /// the reversed matrix, writing `T`, `Q^T b` and the reflectors instead of running PCR;
+    /// and its listed form `householder_tridiag_listed_{f32,f64}`.
     HouseholderTridiag,
     /// `divide_conquer_{f32,f64}` (one warp per system: in f64 divide and conquer's second
     /// kernel, stedc, the truncated solve and `x = Q v` on the records of
     /// [`KernelFamily::HouseholderTridiag`]; in f32 the whole solve, its own Householder
-    /// step first) and the escalation kernels `ldlt_check`, `gather_systems`, `pcr_check`
+    /// step first) and the escalation kernels `ldlt_check`, `pcr_check`
     /// (`cuda/rcp.cu` + `cuda/stedc.cu` + `cuda/escalate.cu`).
     DivideConquer,
     /// Helpers with run-time `n`: `fill_spd`, `fill_nan`, `pointer_array`, `relative_residual`.
@@ -97,16 +99,14 @@ impl KernelFamily {
         match self {
             KernelFamily::LdltGroup => &["ldlt_group"],
             KernelFamily::LdltSimd => &["ldlt_simd"],
-            KernelFamily::HouseholderPcr => &["householder_pcr"],
-            KernelFamily::HouseholderTridiag => &["householder_tridiag"],
+            KernelFamily::HouseholderPcr => &["householder_pcr", "householder_pcr_listed"],
+            KernelFamily::HouseholderTridiag => {
+                &["householder_tridiag", "householder_tridiag_listed"]
+            }
             KernelFamily::Util => &["fill_spd", "fill_nan", "pointer_array", "relative_residual"],
-            KernelFamily::DivideConquer => &[
-                "divide_conquer",
-                "ldlt_check",
-                "gather_systems",
-                "pcr_check",
-                "stedc_batched",
-            ],
+            KernelFamily::DivideConquer => {
+                &["divide_conquer", "ldlt_check", "pcr_check", "stedc_batched"]
+            }
         }
     }
 }

@@ -10,7 +10,7 @@ use cudarc::driver::{
     CudaContext, CudaSlice, CudaStream, CudaView, CudaViewMut, DeviceRepr, LaunchConfig,
     PushKernelArg, ValidAsZeroBits,
 };
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Element types the kernels are instantiated for (`f32`, `f64`).
 pub trait GpuReal: Real + DeviceRepr + ValidAsZeroBits {
@@ -101,18 +101,15 @@ pub struct GpuOptions {
     /// Where [`Strategy::Escalating`] starts (the memory rule: the previous batch's
     /// [`BatchSummary::next_start`]); ignored by the other strategies.
     pub start: Method,
-}
-
-/// What an escalating solve did ([`GpuBatchSolver::solve_escalating_gpu`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct EscalationCounts {
-    pub systems: usize,
-    /// Systems solved (or tried) by Householder + PCR.
-    pub householder_pcr: usize,
-    /// Systems sent to divide and conquer.
-    pub divide_conquer: usize,
-    /// The first launch (L D L^T, Householder + PCR or divide and conquer, by `start`).
-    pub first_launch: LaunchInfo,
+    /// [`Strategy::Escalating`] only. `false` (default): the escalation's list lengths
+    /// stay on the device and every level is queued at once (no synchronisation). `true`:
+    /// the host reads each list's length back after the kernel that fills it (two
+    /// synchronisations) and skips the levels whose list is empty. The same systems take
+    /// the same methods and get the same bits either way. The engine uses `true`: where
+    /// the path stream's kernels fill the SMs, the empty levels' blocks wait for room
+    /// (basket29 f64 100k on an H100: 0.068 s of solve with the reads, 0.099-0.116 s
+    /// without; benches/RESULTS.md, twenty-second session, round 1).
+    pub host_list_lengths: bool,
 }
 
 /// Reals per system of divide and conquer's scratch record (`TRI_STRIDE` of
@@ -182,6 +179,9 @@ pub struct GpuBatchSolver {
     stream: Arc<CudaStream>,
     info: DeviceInfo,
     cache: ModuleCache,
+    /// Divide and conquer's scratch records (f64), grown on demand and reused: the
+    /// solver's work is ordered on its one stream.
+    tri_workspace: Mutex<Option<CudaSlice<u8>>>,
 }
 
 fn attr(ctx: &CudaContext, a: CUdevice_attribute) -> Result<usize, GpuError> {
@@ -231,6 +231,7 @@ impl GpuBatchSolver {
             stream,
             info,
             cache,
+            tri_workspace: Mutex::new(None),
         })
     }
 
@@ -248,6 +249,11 @@ impl GpuBatchSolver {
         self.ctx.bind_to_thread()?;
         let (_least, greatest) = cudarc::driver::result::stream::get_priority_range()?;
         self.stream = self.ctx.new_stream_with_priority(greatest)?;
+        // The workspace is allocated on (and freed in the order of) the solver's stream.
+        *self
+            .tri_workspace
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner()) = None;
         Ok(())
     }
 
@@ -451,67 +457,21 @@ impl GpuBatchSolver {
         Ok((cfg, info))
     }
 
-    /// Copies the systems `idx[k0..k0 + cnt]` of `a` (n x n each) and `b` (n each) into the
-    /// first `cnt` systems of `a_s`, `b_s` (`gather_systems` of the divide and conquer
-    /// module `dc`). `idx` must hold at least `k0 + cnt` system numbers below the batch of
-    /// `a` and `b`.
-    ///
-    /// # Errors
-    /// [`GpuError::Invalid`] if `a_s` or `b_s` holds fewer than `cnt` systems or `idx`
-    /// fewer than `k0 + cnt` entries; a launch error from the driver.
-    #[allow(clippy::too_many_arguments)]
-    fn gather_systems<T: GpuReal>(
-        &self,
-        dc: &CompiledKernel,
-        n: usize,
-        a: &CudaView<'_, T>,
-        b: &CudaView<'_, T>,
-        idx: &CudaView<'_, u32>,
-        k0: usize,
-        cnt: usize,
-        a_s: &mut CudaSlice<T>,
-        b_s: &mut CudaSlice<T>,
-    ) -> Result<(), GpuError> {
-        if a_s.len() < cnt * n * n || b_s.len() < cnt * n || idx.len() < k0 + cnt {
-            return Err(GpuError::Invalid(format!(
-                "gather_systems: {cnt} systems from index {k0} do not fit the buffers"
-            )));
-        }
-        let cfg = LaunchConfig {
-            grid_dim: ((cnt * n * n).div_ceil(256).clamp(1, 1 << 20) as u32, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let k0_arg = k0 as i64;
-        let cnt_arg = cnt as i64;
-        let mut launch = self.stream.launch_builder(dc.function("gather_systems"));
-        launch
-            .arg(a)
-            .arg(b)
-            .arg(idx)
-            .arg(&k0_arg)
-            .arg(&cnt_arg)
-            .arg(&mut *a_s)
-            .arg(&mut *b_s);
-        // SAFETY: `gather_systems_{f32,f64}` takes (const real* A, const real* B, const
-        // unsigned* idx, long long k0, long long cnt, real* As, real* Bs) with real = T;
-        // idx[k0..k0 + cnt] are system numbers below the batch of A and B (the caller's
-        // contract), As and Bs hold at least cnt systems (checked above); A, B and idx
-        // are read only.
-        unsafe { launch.launch(cfg) }?;
-        Ok(())
-    }
-
-    /// Divide and conquer with the truncated solve on the systems `idx[k]`, `k < count`
-    /// (`None`: systems `0..count`); writes their `x` and reports only. In f32 one kernel
-    /// (`divide_conquer` with its own Householder step, `DC_SPLIT` 0 in `cuda/stedc.cu`);
-    /// in f64 two kernels per chunk of systems: `householder_tridiag` (the tridiagonalization of
-    /// `cuda/householder_pcr.cu`, `n*` threads per system) writes each system's `T`,
-    /// `Q^T b` and reflectors to a scratch record (`TRI_STRIDE` of `cuda/common.cu`), then
+    /// Divide and conquer with the truncated solve on the positions `k < count` of a
+    /// batch or a list: the systems `0..count` (`idx` `None`), `idx[0..count]` (`listed`
+    /// `None`), or `idx[0..min(count, listed[0])]`, where `listed` is a one-element
+    /// device counter (the escalation's list length, written by an earlier kernel and
+    /// never read on the host; `count` is then the list's capacity). Writes the `x` and
+    /// reports of those systems only. In f32 one kernel (`divide_conquer` with its own
+    /// Householder step, `DC_SPLIT` 0 in `cuda/stedc.cu`); in f64 two kernels per round of
+    /// at most [`dc_chunk`] positions: `householder_tridiag` (the tridiagonalization of
+    /// `cuda/householder_pcr.cu`, `n*` threads per system, reading the listed matrices in
+    /// place) writes each position's `T`, `Q^T b` and reflectors to a scratch record
+    /// (`TRI_STRIDE` of `cuda/common.cu`, in the solver's reused workspace), then
     /// `divide_conquer` (`cuda/stedc.cu`, one warp per system) runs stedc, the truncated
-    /// solve, `x = Q v` and the residual on them. Listed systems are first gathered
-    /// (`gather_systems`) so that the first kernel reads contiguous matrices. Returns the
-    /// second kernel's launch.
+    /// solve, `x = Q v` and the residual on them. With a device counter, every round is
+    /// queued and those past the list's end exit at once, and `divide_conquer` runs one
+    /// wave of blocks that loop over the list. Returns the (last) `divide_conquer` launch.
     #[allow(clippy::too_many_arguments)]
     fn launch_divide_conquer<T: GpuReal>(
         &self,
@@ -521,10 +481,14 @@ impl GpuBatchSolver {
         b: &CudaView<'_, T>,
         x: &mut CudaViewMut<'_, T>,
         reports: &mut CudaViewMut<'_, GpuReport>,
-        idx: Option<&CudaView<'_, u32>>,
+        list: Option<(&CudaView<'_, u32>, &CudaView<'_, u32>)>,
         count: usize,
         threshold: f64,
     ) -> Result<LaunchInfo, GpuError> {
+        let (idx, listed) = match list {
+            Some((i, l)) => (Some(i), Some(l)),
+            None => (None, None),
+        };
         let eb = std::mem::size_of::<T>();
         let smem = dc_shared_bytes(n, eb);
         // Occupancy is limited by shared memory: ask for the largest carveout.
@@ -532,65 +496,109 @@ impl GpuBatchSolver {
             CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
             100,
         )?;
-        let (cfg, info) = self.dc_geometry(kernel, smem, count)?;
+        let dc_config = |cnt: usize| -> Result<(LaunchConfig, LaunchInfo), GpuError> {
+            let (mut cfg, mut info) = self.dc_geometry(kernel, smem, cnt)?;
+            if listed.is_some() {
+                // The list's length is known on the device only: one wave of blocks.
+                let wave = info.blocks_per_sm.max(1) * self.info.multiprocessors;
+                cfg.grid_dim.0 = cfg.grid_dim.0.min(wave);
+                info.grid_blocks = cfg.grid_dim.0;
+            }
+            Ok((cfg, info))
+        };
+        let (cfg, info) = dc_config(count)?;
         if count == 0 {
             return Ok(info);
+        }
+        if let Some(list) = idx {
+            assert!(list.len() >= count, "idx holds fewer than {count} entries");
         }
         if !T::IS_F64 {
             // f32: one kernel (`DC_SPLIT` 0), the warp's own Householder step first.
             self.launch_dc_entry(
-                kernel, cfg, a, b, None, x, reports, idx, 0, count, threshold,
+                kernel, cfg, a, b, None, x, reports, idx, listed, 0, count, threshold,
             )?;
             return Ok(info);
         }
         let (tkey, tnstar) = self.tridiag_key::<T>(n)?;
         let tk = self.cache.get(tkey)?;
         let chunk = count.min(dc_chunk(n, eb));
-        let mut tri: CudaSlice<T> = self.stream.alloc_zeros(chunk * tri_stride(n))?;
-        let mut gathered: Option<(CudaSlice<T>, CudaSlice<T>)> = match idx {
-            Some(_) => Some((
-                self.stream.alloc_zeros(chunk * n * n)?,
-                self.stream.alloc_zeros(chunk * n)?,
-            )),
-            None => None,
+        let tri_len = chunk * tri_stride(n);
+        let mut workspace = self
+            .tri_workspace
+            .lock()
+            .map_err(|_| GpuError::Invalid("divide and conquer workspace poisoned".into()))?;
+        if workspace.as_ref().is_none_or(|w| w.len() < tri_len * eb) {
+            *workspace = None;
+            // SAFETY: uninitialised device memory; every record that `divide_conquer`
+            // reads is written first by `householder_tridiag` for the same position.
+            *workspace = Some(unsafe { self.stream.alloc::<u8>(tri_len * eb) }?);
+        }
+        let Some(bytes) = workspace.as_mut() else {
+            unreachable!("allocated above")
+        };
+        // SAFETY: T is f32 or f64 (plain bits, any pattern valid); the bytes hold
+        // tri_len * size_of::<T>() (grown above) and the allocation is aligned to 256.
+        let Some(mut tri) = (unsafe { bytes.transmute_mut::<T>(tri_len) }) else {
+            unreachable!("the workspace holds tri_len reals")
         };
         let mut last = info;
         let mut k0 = 0;
         while k0 < count {
             let cnt = chunk.min(count - k0);
             let cnt_arg = cnt as i64;
-            let (cfg, _) = self.geometry::<T>(&tk, "householder_tridiag", tnstar, cnt)?;
-            // The first kernel reads cnt contiguous systems: the gathered copies of the
-            // listed ones, or the systems k0..k0 + cnt of the batch.
-            let (a_c, b_c) = match (idx, &mut gathered) {
-                (Some(list), Some((a_s, b_s))) => {
-                    self.gather_systems(kernel, n, a, b, list, k0, cnt, a_s, b_s)?;
-                    (a_s.slice(0..cnt * n * n), b_s.slice(0..cnt * n))
+            match list {
+                Some((list, length)) => {
+                    let entry = "householder_tridiag_listed";
+                    let (mut cfg, tinfo) = self.geometry::<T>(&tk, entry, tnstar, cnt)?;
+                    // One wave of blocks that loop over the list's positions.
+                    let wave = tinfo.blocks_per_sm.max(1) * self.info.multiprocessors;
+                    cfg.grid_dim.0 = cfg.grid_dim.0.min(wave);
+                    let k0_arg = k0 as i64;
+                    let mut launch = self.stream.launch_builder(tk.function(entry));
+                    launch
+                        .arg(a)
+                        .arg(b)
+                        .arg(&mut tri)
+                        .arg(&cnt_arg)
+                        .arg(list)
+                        .arg(length)
+                        .arg(&k0_arg);
+                    // SAFETY: `householder_tridiag_listed_{f32,f64}` takes (const real* A,
+                    // const real* B, real* TRI, long long batch, const unsigned* idx, const
+                    // unsigned* count, long long k0) with real = T; it visits the positions
+                    // p < min(cnt, *count - k0), the systems list[k0 + p] (the list holds
+                    // `count` entries, checked above, each an index below the batch of a
+                    // and b: the caller's contract) and writes record p of tri (cnt
+                    // records of `tri_stride(n)` reals).
+                    unsafe { launch.launch(cfg) }?;
                 }
-                _ => (
-                    a.slice(k0 * n * n..(k0 + cnt) * n * n),
-                    b.slice(k0 * n..(k0 + cnt) * n),
-                ),
-            };
-            let mut launch = self
-                .stream
-                .launch_builder(tk.function("householder_tridiag"));
-            launch.arg(&a_c).arg(&b_c).arg(&mut tri).arg(&cnt_arg);
-            // SAFETY: `householder_tridiag_{f32,f64}` takes (const real* A, const real* B,
-            // real* TRI, long long batch) with real = T; a_c and b_c hold cnt systems, tri
-            // at least cnt records of `tri_stride(n)` reals; each group writes only its own
-            // system's record.
-            unsafe { launch.launch(cfg) }?;
-            let (cfg, dinfo) = self.dc_geometry(kernel, smem, cnt)?;
+                None => {
+                    let (cfg, _) = self.geometry::<T>(&tk, "householder_tridiag", tnstar, cnt)?;
+                    let a_c = a.slice(k0 * n * n..(k0 + cnt) * n * n);
+                    let b_c = b.slice(k0 * n..(k0 + cnt) * n);
+                    let mut launch = self
+                        .stream
+                        .launch_builder(tk.function("householder_tridiag"));
+                    launch.arg(&a_c).arg(&b_c).arg(&mut tri).arg(&cnt_arg);
+                    // SAFETY: `householder_tridiag_{f32,f64}` takes (const real* A, const
+                    // real* B, real* TRI, long long batch) with real = T; a_c and b_c hold
+                    // cnt systems, tri cnt records of `tri_stride(n)` reals; each group
+                    // writes only its own system's record.
+                    unsafe { launch.launch(cfg) }?;
+                }
+            }
+            let (cfg, dinfo) = dc_config(cnt)?;
             self.launch_dc_entry(
                 kernel,
                 cfg,
                 a,
                 b,
-                Some(&tri),
+                Some(&tri.as_view()),
                 x,
                 reports,
                 idx,
+                listed,
                 k0,
                 cnt,
                 threshold,
@@ -601,9 +609,10 @@ impl GpuBatchSolver {
         Ok(last)
     }
 
-    /// Launches `divide_conquer` (`cuda/stedc.cu`) on the systems `k0..k0 + count` of the
-    /// list `idx` (`None`: of the batch), reading the records `tri` of
-    /// `householder_tridiag` for them (`None`: the one-kernel form, which ignores it).
+    /// Launches `divide_conquer` (`cuda/stedc.cu`) on the positions `k0..k0 + count` of
+    /// the list `idx` (`None`: of the batch), limited to `listed[0]` when that device
+    /// counter is given, reading the records `tri` of `householder_tridiag` for them
+    /// (`None`: the one-kernel form, which ignores it).
     #[allow(clippy::too_many_arguments)]
     fn launch_dc_entry<T: GpuReal>(
         &self,
@@ -611,10 +620,11 @@ impl GpuBatchSolver {
         cfg: LaunchConfig,
         a: &CudaView<'_, T>,
         b: &CudaView<'_, T>,
-        tri: Option<&CudaSlice<T>>,
+        tri: Option<&CudaView<'_, T>>,
         x: &mut CudaViewMut<'_, T>,
         reports: &mut CudaViewMut<'_, GpuReport>,
         idx: Option<&CudaView<'_, u32>>,
+        listed: Option<&CudaView<'_, u32>>,
         k0: usize,
         count: usize,
         threshold: f64,
@@ -635,15 +645,21 @@ impl GpuBatchSolver {
             Some(v) => launch.arg(v),
             None => launch.arg(&null),
         };
+        match listed {
+            Some(v) => launch.arg(v),
+            None => launch.arg(&null),
+        };
         launch.arg(&k0_arg).arg(&cnt_arg).arg(&threshold);
         // SAFETY: `divide_conquer_{f32,f64}` takes (const real* A, const real* B, const
-        // real* TRI, real* X, GpuReport* rep, const unsigned* idx, long long k0, long
-        // long count, double threshold) with real = T; A holds batch*n*n, B and X
-        // batch*n, rep batch entries (checked by the caller), TRI is null (the one-kernel
-        // form does not read it) or holds the `count` records just written for these
-        // systems, idx is null (systems k0..k0 + count) or holds at least k0 + count
-        // indices < batch; the u64 0 is a null pointer of the same size. Each system is
-        // written by one warp only; A, B, TRI, idx are read only.
+        // real* TRI, real* X, GpuReport* rep, const unsigned* idx, const unsigned*
+        // listed, long long k0, long long capacity, double threshold) with real = T; A
+        // holds batch*n*n, B and X batch*n, rep batch entries (checked by the caller);
+        // the kernel visits the positions k < count (and k < *listed - k0 when the
+        // counter is given), the systems idx[k0 + k] (idx holds at least k0 + count
+        // indices < batch) or k0 + k; TRI is null (the one-kernel form does not read
+        // it) or holds the `count` records just written for these positions; the u64 0
+        // is a null pointer of the same size. Each system is written by one warp only;
+        // A, B, TRI, idx, listed are read only.
         unsafe { launch.launch(cfg) }?;
         Ok(())
     }
@@ -705,16 +721,23 @@ impl GpuBatchSolver {
     /// [`Strategy::Escalating`]): starting at `options.start`, `L D L^T` on every
     /// system (the kernel of [`Strategy::Ldlt`]; the group organisation settles in the
     /// same pass the systems whose residual and growth pass and whose own pivot ratio
-    /// is at least `4 / threshold + 128 n eps`, and lists the others), then `ldlt_check` computes the residual, the equilibrated
-    /// growth and the pivot ratio of the remaining systems and appends those that need
-    /// the next level to two index lists (atomic compaction); the
-    /// Householder + PCR candidates are gathered (chunks of at most 2^16 systems) and
-    /// solved, `pcr_check` accepts them or appends them to the divide-and-conquer list,
-    /// and `divide_conquer` solves that list in place. Only the two list lengths come
-    /// back to the host (two synchronisations); matrices never leave the device.
+    /// is at least `4 / threshold + 128 n eps`, and lists the others), then `ldlt_check`
+    /// computes the residual, the equilibrated growth and the pivot ratio of the
+    /// remaining systems and appends those that need the next level to two index lists
+    /// (atomic compaction); Householder + PCR solves the systems of list 1 in place,
+    /// `pcr_check` accepts them or appends them to list 2, and divide and conquer solves
+    /// list 2 in place. The list lengths are counters on the device: every kernel of a
+    /// level reads its list's length there (a wave of blocks that loop over the list,
+    /// or a grid for the list's capacity whose blocks past its end exit at once), so
+    /// nothing comes back to the host and the call queues its work without waiting
+    /// (Abbas-Turki & Graillat 2016, Section 5: the escalation of the hybrid solver;
+    /// issue 4: compaction without a round trip through the host). With
+    /// [`GpuOptions::host_list_lengths`] the host reads the lengths instead and skips the
+    /// empty levels.
     ///
-    /// Arguments as [`GpuBatchSolver::solve_batched_gpu`]. The call synchronises the
-    /// stream (to read the counts) but returns before the last kernel finishes.
+    /// Arguments as [`GpuBatchSolver::solve_batched_gpu`]. Returns the first launch
+    /// (L D L^T, Householder + PCR or divide and conquer, by `options.start`); the
+    /// method each system took is in its report.
     ///
     /// # Errors
     /// Compilation, shared memory, allocation or launch errors.
@@ -732,7 +755,7 @@ impl GpuBatchSolver {
         reports: &mut CudaViewMut<'_, GpuReport>,
         params: &SolverParams,
         options: &GpuOptions,
-    ) -> Result<EscalationCounts, GpuError> {
+    ) -> Result<LaunchInfo, GpuError> {
         assert!((1..=MAX_N).contains(&n), "n = {n} outside 1..={MAX_N}");
         let batch = b.len() / n;
         assert_eq!(a.len(), batch * n * n, "a.len() must be batch*n*n");
@@ -747,32 +770,24 @@ impl GpuBatchSolver {
         let (dkey, _) = self.kernel_key::<T>(n, Strategy::DivideConquer, options)?;
         let dck = self.cache.get(dkey)?;
         if options.start == Method::DivideConquer || batch == 0 {
-            let info = self.launch_divide_conquer(&dck, n, a, b, x, reports, None, batch, trunc)?;
-            return Ok(EscalationCounts {
-                systems: batch,
-                householder_pcr: 0,
-                divide_conquer: batch,
-                first_launch: info,
-            });
+            return self.launch_divide_conquer(&dck, n, a, b, x, reports, None, batch, trunc);
         }
         // [list 1 length, list 2 length, systems deferred by the L D L^T kernel].
         let mut counters: CudaSlice<u32> = self.stream.alloc_zeros(3)?;
         let null_idx: u64 = 0;
         let mut list2: CudaSlice<u32> = self.stream.alloc_zeros(batch)?;
         let check_smem = check_shared_bytes(n, eb);
-        let mut first_launch = None;
-        let mut list1: Option<CudaSlice<u32>> = None;
-        let count1 = if options.start == Method::Ldlt {
+        let batch_arg = batch as i64;
+        let (first_launch, list1) = if options.start == Method::Ldlt {
             let mut l1: CudaSlice<u32> = self.stream.alloc_zeros(batch)?;
             // The group L D L^T kernel settles what it can and lists the rest in
             // `deferred` (count in counters[2]); ldlt_check then visits that list only.
             let mut deferred: Option<CudaSlice<u32>> = None;
             let (lkey, lnstar) = self.kernel_key::<T>(n, Strategy::Ldlt, options)?;
-            if lkey.family == KernelFamily::LdltGroup {
+            let first = if lkey.family == KernelFamily::LdltGroup {
                 let lk = self.cache.get(lkey)?;
                 let (cfg, info) = self.geometry::<T>(&lk, "ldlt_group", lnstar, batch)?;
                 let mut dl: CudaSlice<u32> = self.stream.alloc_zeros(batch)?;
-                let batch_arg = batch as i64;
                 let mut launch = self.stream.launch_builder(lk.function("ldlt_group"));
                 launch
                     .arg(a)
@@ -792,28 +807,15 @@ impl GpuBatchSolver {
                 // most once to `dl` (`batch` entries) through counters[2] (3 entries,
                 // zeroed). A and B are read only.
                 unsafe { launch.launch(cfg) }?;
-                first_launch = Some(info);
                 deferred = Some(dl);
+                info
             } else {
-                first_launch = Some(self.solve_batched_gpu(
-                    n,
-                    a,
-                    b,
-                    x,
-                    reports,
-                    Strategy::Ldlt,
-                    params,
-                    options,
-                )?);
-            }
-            let (mut cfg, cinfo) = self.warp_geometry(&dck, "ldlt_check", check_smem, batch)?;
+                self.solve_batched_gpu(n, a, b, x, reports, Strategy::Ldlt, params, options)?
+            };
+            let (mut cfg, _) = self.warp_geometry(&dck, "ldlt_check", check_smem, batch)?;
             if deferred.is_some() {
-                // The list length is known on the device only: one wave of blocks
-                // that loop over it (few systems are expected).
-                let wave = cinfo.blocks_per_sm.max(1) as usize * self.info.multiprocessors as usize;
-                cfg.grid_dim.0 = batch.clamp(1, wave) as u32;
+                cfg.grid_dim.0 = self.wave(&dck, "ldlt_check", check_smem, batch)?;
             }
-            let batch_arg = batch as i64;
             let xr = x.slice(0..batch * n);
             let rr = reports.slice(0..batch);
             let mut launch = self.stream.launch_builder(dck.function("ldlt_check"));
@@ -838,111 +840,134 @@ impl GpuBatchSolver {
             // hold `batch` entries, and each system is appended to at most one of them
             // once, through counters[0] / counters[1] (3 entries, zeroed).
             unsafe { launch.launch(cfg) }?;
-            let host = self.stream.clone_dtoh(&counters)?;
-            self.stream.synchronize()?;
-            list1 = Some(l1);
-            host[0] as usize
+            (first, Some(l1))
         } else {
-            batch
+            // Householder + PCR on every system below.
+            let (key, nstar) = self.kernel_key::<T>(n, Strategy::HouseholderPcr, options)?;
+            let kernel = self.cache.get(key)?;
+            (
+                self.geometry::<T>(&kernel, "householder_pcr", nstar, batch)?
+                    .1,
+                None,
+            )
         };
 
-        // Level 1: Householder + PCR in chunks, then pcr_check.
-        if count1 > 0 {
-            let chunk = count1.min(1 << 16);
-            let mut xs: CudaSlice<T> = self.stream.alloc_zeros(chunk * n)?;
-            let mut rs: CudaSlice<GpuReport> = self.stream.alloc_zeros(chunk)?;
-            let mut gathered: Option<(CudaSlice<T>, CudaSlice<T>)> = match list1 {
-                Some(_) => Some((
-                    self.stream.alloc_zeros(chunk * n * n)?,
-                    self.stream.alloc_zeros(chunk * n)?,
-                )),
-                None => None,
-            };
-            let null: u64 = 0;
-            let mut k0 = 0;
-            while k0 < count1 {
-                let cnt = chunk.min(count1 - k0);
-                let k0_arg = k0 as i64;
-                let cnt_arg = cnt as i64;
-                let info = match (&list1, &mut gathered) {
-                    (Some(l1), Some((a_s, b_s))) => {
-                        // l1[k0..k0 + cnt]: system numbers < batch written by ldlt_check
-                        // (count read back above).
-                        self.gather_systems(&dck, n, a, b, &l1.as_view(), k0, cnt, a_s, b_s)?;
-                        self.solve_batched_gpu(
-                            n,
-                            &a_s.slice(0..cnt * n * n),
-                            &b_s.slice(0..cnt * n),
-                            &mut xs.slice_mut(0..cnt * n),
-                            &mut rs.slice_mut(0..cnt),
-                            Strategy::HouseholderPcr,
-                            params,
-                            options,
-                        )?
-                    }
-                    _ => self.solve_batched_gpu(
+        // With `host_list_lengths`, the list lengths read back so far ([list 1, list 2]).
+        let mut known: Option<Vec<u32>> = None;
+        if options.host_list_lengths && list1.is_some() {
+            known = Some(self.stream.clone_dtoh(&counters)?);
+            self.stream.synchronize()?;
+        }
+        // Level 1: Householder + PCR in place on list 1 (length counters[0]) or on
+        // every system, then pcr_check.
+        if known.as_ref().is_none_or(|c| c[0] > 0) {
+            let (key, nstar) = self.kernel_key::<T>(n, Strategy::HouseholderPcr, options)?;
+            let kernel = self.cache.get(key)?;
+            let length = counters.slice(0..1);
+            match &list1 {
+                Some(l1) => {
+                    let entry = "householder_pcr_listed";
+                    let (mut cfg, info) = self.geometry::<T>(&kernel, entry, nstar, batch)?;
+                    // One wave of blocks that loop over the list.
+                    let wave = info.blocks_per_sm.max(1) * self.info.multiprocessors;
+                    cfg.grid_dim.0 = cfg.grid_dim.0.min(wave);
+                    let zero: i64 = 0;
+                    let mut launch = self.stream.launch_builder(kernel.function(entry));
+                    launch
+                        .arg(a)
+                        .arg(b)
+                        .arg(&mut *x)
+                        .arg(&mut *reports)
+                        .arg(&batch_arg)
+                        .arg(l1)
+                        .arg(&length)
+                        .arg(&zero);
+                    // SAFETY: `householder_pcr_listed_{f32,f64}` takes (const real* A,
+                    // const real* B, real* X, GpuReport* rep, long long batch, const
+                    // unsigned* idx, const unsigned* count, long long k0) with real = T;
+                    // A holds batch*n*n, B and X batch*n, rep batch entries (checked
+                    // above); it visits the positions p < min(batch, counters[0]) (the
+                    // length of list 1, written by ldlt_check), the systems l1[p]
+                    // (distinct indices < batch), and writes only their X and rep entries.
+                    unsafe { launch.launch(cfg) }?;
+                }
+                None => {
+                    self.solve_batched_gpu(
                         n,
-                        &a.slice(k0 * n * n..(k0 + cnt) * n * n),
-                        &b.slice(k0 * n..(k0 + cnt) * n),
-                        &mut xs.slice_mut(0..cnt * n),
-                        &mut rs.slice_mut(0..cnt),
+                        a,
+                        b,
+                        x,
+                        reports,
                         Strategy::HouseholderPcr,
                         params,
                         options,
-                    )?,
-                };
-                first_launch.get_or_insert(info);
-                let (cfg, _) = self.warp_geometry(&dck, "pcr_check", check_smem, cnt)?;
-                let mut launch = self.stream.launch_builder(dck.function("pcr_check"));
-                launch.arg(a).arg(b);
-                match &list1 {
-                    Some(l1) => launch.arg(l1),
-                    None => launch.arg(&null),
-                };
-                launch
-                    .arg(&k0_arg)
-                    .arg(&cnt_arg)
-                    .arg(&xs)
-                    .arg(&rs)
-                    .arg(&mut *x)
-                    .arg(&mut *reports)
-                    .arg(&tol)
-                    .arg(&thr)
-                    .arg(&mut list2)
-                    .arg(&mut counters);
-                // SAFETY: `pcr_check_{f32,f64}` takes (const real* A, const real* B, const
-                // unsigned* idx, long long k0, long long cnt, const real* Xs, const
-                // GpuReport* reps, real* X, GpuReport* rep, double tol, double thr,
-                // unsigned* list2, unsigned* counters); idx is null (systems k0..k0+cnt)
-                // or list1 (indices < batch); Xs, reps hold `cnt` results; each system
-                // writes only its own X and rep entries or appends itself to list2
-                // (`batch` entries, each system at most once).
-                unsafe { launch.launch(cfg) }?;
-                k0 += cnt;
+                    )?;
+                }
             }
-        }
-        let host = self.stream.clone_dtoh(&counters)?;
-        self.stream.synchronize()?;
-        let count2 = host[1] as usize;
-        if count2 > 0 {
-            let l2 = list2.slice(0..count2);
-            let info =
-                self.launch_divide_conquer(&dck, n, a, b, x, reports, Some(&l2), count2, trunc)?;
-            first_launch.get_or_insert(info);
-        }
-        let first_launch = match first_launch {
-            Some(i) => i,
-            None => {
-                self.warp_geometry(&dck, "divide_conquer", dc_shared_bytes(n, eb), 0)?
-                    .1
+            let (mut cfg, _) = self.warp_geometry(&dck, "pcr_check", check_smem, batch)?;
+            if list1.is_some() {
+                cfg.grid_dim.0 = self.wave(&dck, "pcr_check", check_smem, batch)?;
             }
-        };
-        Ok(EscalationCounts {
-            systems: batch,
-            householder_pcr: count1,
-            divide_conquer: count2,
-            first_launch,
-        })
+            let mut launch = self.stream.launch_builder(dck.function("pcr_check"));
+            launch.arg(a).arg(b);
+            match &list1 {
+                Some(l1) => launch.arg(l1),
+                None => launch.arg(&null_idx),
+            };
+            launch
+                .arg(&batch_arg)
+                .arg(&mut *x)
+                .arg(&mut *reports)
+                .arg(&tol)
+                .arg(&thr)
+                .arg(&mut list2)
+                .arg(&mut counters);
+            // SAFETY: `pcr_check_{f32,f64}` takes (const real* A, const real* B, const
+            // unsigned* idx, long long batch, real* X, GpuReport* rep, double tol,
+            // double thr, unsigned* list2, unsigned* counters); it visits the systems
+            // list1[k], k < counters[0] (idx given: indices < batch, distinct) or
+            // k < batch, reads and writes only their X and rep entries (batch of them,
+            // checked above) and appends each at most once to list2 (`batch` entries)
+            // through counters[1] (3 entries).
+            unsafe { launch.launch(cfg) }?;
+        }
+
+        // Level 2: divide and conquer in place on list 2 (length counters[1]).
+        if options.host_list_lengths {
+            known = Some(self.stream.clone_dtoh(&counters)?);
+            self.stream.synchronize()?;
+        }
+        if known.is_some_and(|c| c[1] == 0) {
+            return Ok(first_launch);
+        }
+        let length = counters.slice(1..2);
+        self.launch_divide_conquer(
+            &dck,
+            n,
+            a,
+            b,
+            x,
+            reports,
+            Some((&list2.as_view(), &length)),
+            batch,
+            trunc,
+        )?;
+        Ok(first_launch)
+    }
+
+    /// Blocks of one wave of `entry` (one warp per block, `smem` bytes each), at most
+    /// `count`: the grid of a kernel that loops over a list whose length only the
+    /// device knows.
+    fn wave(
+        &self,
+        kernel: &CompiledKernel,
+        entry: &str,
+        smem: usize,
+        count: usize,
+    ) -> Result<u32, GpuError> {
+        let (_, info) = self.warp_geometry(kernel, entry, smem, count)?;
+        let wave = info.blocks_per_sm.max(1) as usize * self.info.multiprocessors as usize;
+        Ok(count.clamp(1, wave) as u32)
     }
 
     /// Launch geometry for `kernel` over `batch` systems: block size chosen to maximise
@@ -1105,7 +1130,7 @@ impl GpuBatchSolver {
     /// * `reports`: `batch` entries, see [`GpuReport`].
     ///
     /// The work is queued on [`GpuBatchSolver::stream`]; the call returns without
-    /// waiting for it (escalation synchronises once or twice to read list lengths).
+    /// waiting for it (escalation included: its list lengths stay on the device).
     /// `params`: the tolerance and condition threshold of escalation and truncation.
     ///
     /// # Errors
@@ -1145,9 +1170,7 @@ impl GpuBatchSolver {
             (KernelFamily::HouseholderPcr, _) => "householder_pcr",
             (KernelFamily::HouseholderTridiag, _) => unreachable!("not a strategy's key"),
             (KernelFamily::DivideConquer, Strategy::Escalating) => {
-                return self
-                    .solve_escalating_gpu(n, a, b, x, reports, params, options)
-                    .map(|c| c.first_launch);
+                return self.solve_escalating_gpu(n, a, b, x, reports, params, options);
             }
             (KernelFamily::DivideConquer, _) => {
                 return self.launch_divide_conquer(
