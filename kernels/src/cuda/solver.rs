@@ -112,6 +112,10 @@ pub struct GpuOptions {
     pub host_list_lengths: bool,
 }
 
+/// Why an escalating solve always has a first launch: L D L^T when it starts there, else
+/// Householder + PCR on every system.
+const FIRST_LAUNCH: &str = "L D L^T or Householder + PCR on every system launches first";
+
 /// Reals per system of divide and conquer's scratch record (`TRI_STRIDE` of
 /// `cuda/common.cu`: d, e, tau, `Q^T b` and the `n x n` reflectors).
 pub fn tri_stride(n: usize) -> usize {
@@ -500,9 +504,7 @@ impl GpuBatchSolver {
             let (mut cfg, mut info) = self.dc_geometry(kernel, smem, cnt)?;
             if listed.is_some() {
                 // The list's length is known on the device only: one wave of blocks.
-                let wave = info.blocks_per_sm.max(1) * self.info.multiprocessors;
-                cfg.grid_dim.0 = cfg.grid_dim.0.min(wave);
-                info.grid_blocks = cfg.grid_dim.0;
+                self.limit_to_wave(&mut cfg, &mut info);
             }
             Ok((cfg, info))
         };
@@ -550,10 +552,9 @@ impl GpuBatchSolver {
             match list {
                 Some((list, length)) => {
                     let entry = "householder_tridiag_listed";
-                    let (mut cfg, tinfo) = self.geometry::<T>(&tk, entry, tnstar, cnt)?;
+                    let (mut cfg, mut tinfo) = self.geometry::<T>(&tk, entry, tnstar, cnt)?;
                     // One wave of blocks that loop over the list's positions.
-                    let wave = tinfo.blocks_per_sm.max(1) * self.info.multiprocessors;
-                    cfg.grid_dim.0 = cfg.grid_dim.0.min(wave);
+                    self.limit_to_wave(&mut cfg, &mut tinfo);
                     let k0_arg = k0 as i64;
                     let mut launch = self.stream.launch_builder(tk.function(entry));
                     launch
@@ -778,7 +779,7 @@ impl GpuBatchSolver {
         let mut list2: CudaSlice<u32> = self.stream.alloc_zeros(batch)?;
         let check_smem = check_shared_bytes(n, eb);
         let batch_arg = batch as i64;
-        let (first_launch, list1) = if options.start == Method::Ldlt {
+        let (mut first_launch, list1) = if options.start == Method::Ldlt {
             let mut l1: CudaSlice<u32> = self.stream.alloc_zeros(batch)?;
             // The group L D L^T kernel settles what it can and lists the rest in
             // `deferred` (count in counters[2]); ldlt_check then visits that list only.
@@ -812,9 +813,10 @@ impl GpuBatchSolver {
             } else {
                 self.solve_batched_gpu(n, a, b, x, reports, Strategy::Ldlt, params, options)?
             };
-            let (mut cfg, _) = self.warp_geometry(&dck, "ldlt_check", check_smem, batch)?;
+            let (mut cfg, mut cinfo) = self.warp_geometry(&dck, "ldlt_check", check_smem, batch)?;
             if deferred.is_some() {
-                cfg.grid_dim.0 = self.wave(&dck, "ldlt_check", check_smem, batch)?;
+                // The deferred list's length is known on the device only.
+                self.limit_to_wave(&mut cfg, &mut cinfo);
             }
             let xr = x.slice(0..batch * n);
             let rr = reports.slice(0..batch);
@@ -840,16 +842,10 @@ impl GpuBatchSolver {
             // hold `batch` entries, and each system is appended to at most one of them
             // once, through counters[0] / counters[1] (3 entries, zeroed).
             unsafe { launch.launch(cfg) }?;
-            (first, Some(l1))
+            (Some(first), Some(l1))
         } else {
-            // Householder + PCR on every system below.
-            let (key, nstar) = self.kernel_key::<T>(n, Strategy::HouseholderPcr, options)?;
-            let kernel = self.cache.get(key)?;
-            (
-                self.geometry::<T>(&kernel, "householder_pcr", nstar, batch)?
-                    .1,
-                None,
-            )
+            // Householder + PCR on every system below: its launch is the first.
+            (None, None)
         };
 
         // With `host_list_lengths`, the list lengths read back so far ([list 1, list 2]).
@@ -867,10 +863,9 @@ impl GpuBatchSolver {
             match &list1 {
                 Some(l1) => {
                     let entry = "householder_pcr_listed";
-                    let (mut cfg, info) = self.geometry::<T>(&kernel, entry, nstar, batch)?;
+                    let (mut cfg, mut info) = self.geometry::<T>(&kernel, entry, nstar, batch)?;
                     // One wave of blocks that loop over the list.
-                    let wave = info.blocks_per_sm.max(1) * self.info.multiprocessors;
-                    cfg.grid_dim.0 = cfg.grid_dim.0.min(wave);
+                    self.limit_to_wave(&mut cfg, &mut info);
                     let zero: i64 = 0;
                     let mut launch = self.stream.launch_builder(kernel.function(entry));
                     launch
@@ -892,7 +887,7 @@ impl GpuBatchSolver {
                     unsafe { launch.launch(cfg) }?;
                 }
                 None => {
-                    self.solve_batched_gpu(
+                    first_launch = Some(self.solve_batched_gpu(
                         n,
                         a,
                         b,
@@ -901,12 +896,12 @@ impl GpuBatchSolver {
                         Strategy::HouseholderPcr,
                         params,
                         options,
-                    )?;
+                    )?);
                 }
             }
-            let (mut cfg, _) = self.warp_geometry(&dck, "pcr_check", check_smem, batch)?;
+            let (mut cfg, mut cinfo) = self.warp_geometry(&dck, "pcr_check", check_smem, batch)?;
             if list1.is_some() {
-                cfg.grid_dim.0 = self.wave(&dck, "pcr_check", check_smem, batch)?;
+                self.limit_to_wave(&mut cfg, &mut cinfo);
             }
             let mut launch = self.stream.launch_builder(dck.function("pcr_check"));
             launch.arg(a).arg(b);
@@ -938,7 +933,7 @@ impl GpuBatchSolver {
             self.stream.synchronize()?;
         }
         if known.is_some_and(|c| c[1] == 0) {
-            return Ok(first_launch);
+            return Ok(first_launch.expect(FIRST_LAUNCH));
         }
         let length = counters.slice(1..2);
         self.launch_divide_conquer(
@@ -952,22 +947,16 @@ impl GpuBatchSolver {
             batch,
             trunc,
         )?;
-        Ok(first_launch)
+        Ok(first_launch.expect(FIRST_LAUNCH))
     }
 
-    /// Blocks of one wave of `entry` (one warp per block, `smem` bytes each), at most
-    /// `count`: the grid of a kernel that loops over a list whose length only the
-    /// device knows.
-    fn wave(
-        &self,
-        kernel: &CompiledKernel,
-        entry: &str,
-        smem: usize,
-        count: usize,
-    ) -> Result<u32, GpuError> {
-        let (_, info) = self.warp_geometry(kernel, entry, smem, count)?;
-        let wave = info.blocks_per_sm.max(1) as usize * self.info.multiprocessors as usize;
-        Ok(count.clamp(1, wave) as u32)
+    /// Limits `cfg`'s grid (and `info`) to one wave of resident blocks
+    /// (`info.blocks_per_sm` per SM): the grid of a kernel whose blocks loop over a list
+    /// whose length only the device knows.
+    fn limit_to_wave(&self, cfg: &mut LaunchConfig, info: &mut LaunchInfo) {
+        let wave = info.blocks_per_sm.max(1) * self.info.multiprocessors;
+        cfg.grid_dim.0 = cfg.grid_dim.0.min(wave);
+        info.grid_blocks = cfg.grid_dim.0;
     }
 
     /// Launch geometry for `kernel` over `batch` systems: block size chosen to maximise
