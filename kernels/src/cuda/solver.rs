@@ -462,8 +462,8 @@ impl GpuBatchSolver {
     }
 
     /// Divide and conquer with the truncated solve on the positions `k < count` of a
-    /// batch or a list: the systems `0..count` (`idx` `None`), `idx[0..count]` (`listed`
-    /// `None`), or `idx[0..min(count, listed[0])]`, where `listed` is a one-element
+    /// batch or a list: the systems `0..count` (`list` `None`), or, for `list` =
+    /// `(idx, length)`, `idx[0..min(count, length[0])]`, where `length` is a one-element
     /// device counter (the escalation's list length, written by an earlier kernel and
     /// never read on the host; `count` is then the list's capacity). Writes the `x` and
     /// reports of those systems only. In f32 one kernel (`divide_conquer` with its own
@@ -489,10 +489,6 @@ impl GpuBatchSolver {
         count: usize,
         threshold: f64,
     ) -> Result<LaunchInfo, GpuError> {
-        let (idx, listed) = match list {
-            Some((i, l)) => (Some(i), Some(l)),
-            None => (None, None),
-        };
         let eb = std::mem::size_of::<T>();
         let smem = dc_shared_bytes(n, eb);
         // Occupancy is limited by shared memory: ask for the largest carveout.
@@ -502,24 +498,23 @@ impl GpuBatchSolver {
         )?;
         let dc_config = |cnt: usize| -> Result<(LaunchConfig, LaunchInfo), GpuError> {
             let (mut cfg, mut info) = self.dc_geometry(kernel, smem, cnt)?;
-            if listed.is_some() {
+            if list.is_some() {
                 // The list's length is known on the device only: one wave of blocks.
                 self.limit_to_wave(&mut cfg, &mut info);
             }
             Ok((cfg, info))
         };
-        let (cfg, info) = dc_config(count)?;
-        if count == 0 {
-            return Ok(info);
+        if let Some((idx, _)) = list {
+            assert!(idx.len() >= count, "idx holds fewer than {count} entries");
         }
-        if let Some(list) = idx {
-            assert!(list.len() >= count, "idx holds fewer than {count} entries");
-        }
-        if !T::IS_F64 {
-            // f32: one kernel (`DC_SPLIT` 0), the warp's own Householder step first.
-            self.launch_dc_entry(
-                kernel, cfg, a, b, None, x, reports, idx, listed, 0, count, threshold,
-            )?;
+        if count == 0 || !T::IS_F64 {
+            let (cfg, info) = dc_config(count)?;
+            if count > 0 {
+                // f32: one kernel (`DC_SPLIT` 0), the warp's own Householder step first.
+                self.launch_dc_entry(
+                    kernel, cfg, a, b, None, x, reports, list, 0, count, threshold,
+                )?;
+            }
             return Ok(info);
         }
         let (tkey, tnstar) = self.tridiag_key::<T>(n)?;
@@ -544,7 +539,7 @@ impl GpuBatchSolver {
         let Some(mut tri) = (unsafe { bytes.transmute_mut::<T>(tri_len) }) else {
             unreachable!("the workspace holds tri_len reals")
         };
-        let mut last = info;
+        let mut last = None;
         let mut k0 = 0;
         while k0 < count {
             let cnt = chunk.min(count - k0);
@@ -598,21 +593,20 @@ impl GpuBatchSolver {
                 Some(&tri.as_view()),
                 x,
                 reports,
-                idx,
-                listed,
+                list,
                 k0,
                 cnt,
                 threshold,
             )?;
-            last = dinfo;
+            last = Some(dinfo);
             k0 += cnt;
         }
-        Ok(last)
+        Ok(last.expect("count > 0: at least one round"))
     }
 
     /// Launches `divide_conquer` (`cuda/stedc.cu`) on the positions `k0..k0 + count` of
-    /// the list `idx` (`None`: of the batch), limited to `listed[0]` when that device
-    /// counter is given, reading the records `tri` of `householder_tridiag` for them
+    /// the batch (`list` `None`) or of the list `idx` of `list` = `(idx, length)`,
+    /// limited to `length[0]` (a device counter), reading the records `tri` of `householder_tridiag` for them
     /// (`None`: the one-kernel form, which ignores it).
     #[allow(clippy::too_many_arguments)]
     fn launch_dc_entry<T: GpuReal>(
@@ -624,8 +618,7 @@ impl GpuBatchSolver {
         tri: Option<&CudaView<'_, T>>,
         x: &mut CudaViewMut<'_, T>,
         reports: &mut CudaViewMut<'_, GpuReport>,
-        idx: Option<&CudaView<'_, u32>>,
-        listed: Option<&CudaView<'_, u32>>,
+        list: Option<(&CudaView<'_, u32>, &CudaView<'_, u32>)>,
         k0: usize,
         count: usize,
         threshold: f64,
@@ -642,13 +635,9 @@ impl GpuBatchSolver {
             None => launch.arg(&null),
         };
         launch.arg(&mut *x).arg(&mut *reports);
-        match idx {
-            Some(v) => launch.arg(v),
-            None => launch.arg(&null),
-        };
-        match listed {
-            Some(v) => launch.arg(v),
-            None => launch.arg(&null),
+        match list {
+            Some((idx, length)) => launch.arg(idx).arg(length),
+            None => launch.arg(&null).arg(&null),
         };
         launch.arg(&k0_arg).arg(&cnt_arg).arg(&threshold);
         // SAFETY: `divide_conquer_{f32,f64}` takes (const real* A, const real* B, const
@@ -857,11 +846,12 @@ impl GpuBatchSolver {
         // Level 1: Householder + PCR in place on list 1 (length counters[0]) or on
         // every system, then pcr_check.
         if known.as_ref().is_none_or(|c| c[0] > 0) {
-            let (key, nstar) = self.kernel_key::<T>(n, Strategy::HouseholderPcr, options)?;
-            let kernel = self.cache.get(key)?;
-            let length = counters.slice(0..1);
             match &list1 {
                 Some(l1) => {
+                    let (key, nstar) =
+                        self.kernel_key::<T>(n, Strategy::HouseholderPcr, options)?;
+                    let kernel = self.cache.get(key)?;
+                    let length = counters.slice(0..1);
                     let entry = "householder_pcr_listed";
                     let (mut cfg, mut info) = self.geometry::<T>(&kernel, entry, nstar, batch)?;
                     // One wave of blocks that loop over the list.
