@@ -11,7 +11,8 @@
 //   2 solve    as 1 with `spin` cycles between       (a one-warp solve's latency)
 //   3 far      both planes, then the high words of another outer path (no reuse possible)
 //   4 spin     as 0 with the spin                    (the spin's cost without the re-read)
-// Loads are ld.global.cg (L2 only, not L1: the fused kernel's shared memory leaves
+//   5 againF, 6 farF: 1 and 3 with the re-read in increasing order
+// 16 loads per lane are issued before any is used. Loads are ld.global.cg (L2 only, not L1: the fused kernel's shared memory leaves
 // little L1). With `writer`, a kernel on a second stream writes a 4 GiB buffer meanwhile
 // (the path kernel's stores on the other stream), on 2 blocks per SM.
 #include <cstdio>
@@ -39,6 +40,24 @@ __device__ __forceinline__ void add(uint4& a, uint4 v) {
     a.w += v.w;
 }
 
+// Reads pieces [0, n) of p (latest first when `reverse`), U = 16 loads per lane issued
+// before any is used: 8 KB per warp in flight.
+constexpr int U = 16;
+__device__ __forceinline__ void read_range(const uint4* __restrict__ p, int n, bool reverse, int lane,
+                                           uint4& acc) {
+    for (int k0 = 0; k0 < n; k0 += 32 * U) {
+        uint4 v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int k = k0 + lane + 32 * u;
+            v[u] = k < n ? __ldcg(p + (reverse ? n - 1 - k : k)) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) add(acc, v[u]);
+    }
+}
+
+// Modes 5 and 6: `again` with the re-read in increasing order, and `far` likewise.
 template <int MODE>
 __global__ void reader(const uint4* __restrict__ s, long long outer, long long spin, uint4* out) {
     const int lane = threadIdx.x & 31;
@@ -47,17 +66,16 @@ __global__ void reader(const uint4* __restrict__ s, long long outer, long long s
     uint4 acc = make_uint4(0, 0, 0, 0);
     for (long long l = gw; l < outer; l += nw) {
         const uint4* p = s + l * PIECES;
-#pragma unroll 16
-        for (int k = lane; k < PIECES; k += 32) add(acc, __ldcg(p + k));
+        read_range(p, PIECES, false, lane, acc);
         if (MODE == 2 || MODE == 4) {
             const long long t0 = clock64();
             while (clock64() - t0 < spin) {
             }
         }
-        if (MODE == 1 || MODE == 2 || MODE == 3) {
-            const uint4* q = MODE == 3 ? s + ((l + outer / 2) % outer) * PIECES : p;
-#pragma unroll 16
-            for (int k = HI_PIECES - 1 - lane; k >= 0; k -= 32) add(acc, __ldcg(q + k));
+        if (MODE != 0 && MODE != 4) {
+            const bool far = MODE == 3 || MODE == 6;
+            const uint4* q = far ? s + ((l + outer / 2) % outer) * PIECES : p;
+            read_range(q, HI_PIECES, MODE <= 3, lane, acc);
         }
     }
     if (acc.x == 0x12345678u && acc.y == 7u) out[0] = acc;  // keeps the loads
@@ -89,13 +107,13 @@ int main() {
     cudaEvent_t e0, e1;
     CHECK(cudaEventCreate(&e0));
     CHECK(cudaEventCreate(&e1));
-    const char* names[] = {"once", "again", "solve", "far", "spin"};
+    const char* names[] = {"once", "again", "solve", "far", "spin", "againF", "farF"};
     const long long spin = 12000;
     printf("outer %lld, %.2f GB of states, spin %lld cycles\n", outer, bytes / 1e9, spin);
     printf("%-6s %-6s %4s %9s %9s\n", "writer", "mode", "w/SM", "ms", "DRAM-GB/s");
     for (int wr = 0; wr < 2; ++wr)
-        for (int wps : {2, 4, 8, 16}) {
-            for (int mode = 0; mode < 5; ++mode) {
+        for (int wps : {2, 4, 8, 16, 24}) {
+            for (int mode = 0; mode < 7; ++mode) {
                 float best = 1e30f;
                 for (int rep = 0; rep < 3; ++rep) {
                     if (wr) writer<<<sms * 2, 256, 0, s2>>>(w, wn, 2);
@@ -106,6 +124,8 @@ int main() {
                         case 1: reader<1><<<grid, 32, 0, s1>>>(s, outer, spin, out); break;
                         case 2: reader<2><<<grid, 32, 0, s1>>>(s, outer, spin, out); break;
                         case 3: reader<3><<<grid, 32, 0, s1>>>(s, outer, spin, out); break;
+                        case 5: reader<5><<<grid, 32, 0, s1>>>(s, outer, spin, out); break;
+                        case 6: reader<6><<<grid, 32, 0, s1>>>(s, outer, spin, out); break;
                         default: reader<4><<<grid, 32, 0, s1>>>(s, outer, spin, out); break;
                     }
                     CHECK(cudaEventRecord(e1, s1));
@@ -118,7 +138,7 @@ int main() {
                 // Bytes that must come from DRAM if nothing is reused: once and spin read
                 // both planes; the others add the high words.
                 const double b = (double)outer * 16 *
-                                 (PIECES + ((mode >= 1 && mode <= 3) ? HI_PIECES : 0));
+                                 (PIECES + ((mode != 0 && mode != 4) ? HI_PIECES : 0));
                 printf("%-6d %-6s %4d %9.3f %9.0f\n", wr, names[mode], wps, best, b / best / 1e6);
             }
         }
