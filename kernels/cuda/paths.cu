@@ -529,7 +529,9 @@ __device__ __forceinline__ void gbm_step_fixed(double* xs, float* zr, unsigned f
         if (k % PATHS_CH == 0)
             fill_ring(zr, next, first + (k + PATHS_CH < PATHS_D ? k + PATHS_CH : PATHS_D), ns);
         const double z = (double)zr[row * LDX];
-        row = row + 1 == RING ? 0u : row + 1;
+        // A ring of a power-of-two size wraps by a mask (two instructions fewer per
+        // asset than the compare and select).
+        row = (RING & (RING - 1)) == 0 ? (row + 1) & (RING - 1) : (row + 1 == RING ? 0u : row + 1);
 #if PATHS_FACTOR
 #pragma unroll
         for (int i = k; i < PATHS_D; ++i) {
@@ -595,6 +597,11 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
     const bool contiguous = inner >= PATHS_BLOCK;
     long long off0 = 0, jump = 0;
     int j1 = 0, j_end = 0;
+    // The block's rows all live and all of one outer path (the same for every thread):
+    // each thread's elements then go to one run (j1, j_end >= d), copied without the
+    // per-element boundary test and pointer selects of the general loop (~13 instructions
+    // per element against 3).
+    bool one_run = false;
     if (contiguous) {
         const long long l0 = t0 / inner;
         const int t1 = (int)((l0 + 1) * inner - t0);
@@ -604,6 +611,7 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
         const int e1 = t1 * PATHS_D, e_end = n_live * PATHS_D;
         j1 = e1 > tid ? (e1 - tid + PATHS_BLOCK - 1) / PATHS_BLOCK : 0;
         j_end = e_end > tid ? (e_end - tid + PATHS_BLOCK - 1) / PATHS_BLOCK : 0;
+        one_run = t1 >= PATHS_BLOCK && n_live == PATHS_BLOCK;
     }
 #endif
     for (int s = 0; s < steps; ++s) {
@@ -633,16 +641,25 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
             // and the plane's run-time size costs ~5 instructions per state (path kernel
             // alone at basket29 100k: 0.178 -> 0.174 s, benches/RESULTS.md).
             unsigned* dstl = dst + step_stride;
+            if (one_run) {
 #pragma unroll
-            for (int j = 0; j < PATHS_D; ++j) {
-                if (j == j1) {
-                    dst += jump;
-                    dstl += jump;
-                }
-                if (j < j_end) {
+                for (int j = 0; j < PATHS_D; ++j) {
                     const double v = src[j * PATHS_BLOCK];
                     dst[j * PATHS_BLOCK] = (unsigned)__double2hiint(v);
                     dstl[j * PATHS_BLOCK] = (unsigned)__double2loint(v);
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < PATHS_D; ++j) {
+                    if (j == j1) {
+                        dst += jump;
+                        dstl += jump;
+                    }
+                    if (j < j_end) {
+                        const double v = src[j * PATHS_BLOCK];
+                        dst[j * PATHS_BLOCK] = (unsigned)__double2hiint(v);
+                        dstl[j * PATHS_BLOCK] = (unsigned)__double2loint(v);
+                    }
                 }
             }
         } else
