@@ -78,6 +78,16 @@ use std::time::Instant;
 /// 5.53 at 0.3. 0.85 was slower still (ninth session).
 const MEMORY_SHARE: f64 = 0.3;
 
+/// [`MEMORY_SHARE`], or the development override `CVA_GPU_MEMORY_SHARE` (a number in
+/// (0, 1]; anything else is ignored), for re-measuring the chunk size.
+fn memory_share() -> f64 {
+    std::env::var("CVA_GPU_MEMORY_SHARE")
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| *s > 0.0 && *s <= 1.0)
+        .unwrap_or(MEMORY_SHARE)
+}
+
 struct American<T: GpuReal> {
     position: usize,
     n: usize,
@@ -723,7 +733,7 @@ impl<T: GpuReal> GpuEngine<T> {
         let (free, _) = self.solver.context().mem_get_info()?;
         // Chunks from the free memory, and at most 512 MiB of residuals on the host.
         let residual_bytes = self.step_capacity(scenario) * 4;
-        let most = ((free as f64 * MEMORY_SHARE) as usize / self.bytes_per_path(scenario))
+        let most = ((free as f64 * memory_share()) as usize / self.bytes_per_path(scenario))
             .min((512 << 20) / residual_bytes)
             .clamp(1, m0.max(1));
         // Chunks of equal size: the smallest buffers for the fewest chunks.
