@@ -75,7 +75,8 @@ use std::time::Instant;
 /// synchronisation and a commit each. Measured on an H100, basket29 f64 (benches/RESULTS.md,
 /// "Thirteenth session, round 3"): 100k outer paths 0.663 s at 0.6 (3 chunks), 0.607 at 0.4,
 /// 0.585 at 0.3 (6 chunks), 0.578 at 0.2, 0.609 at 0.1 (16 chunks); 1M 5.57 s at 0.6,
-/// 5.53 at 0.3. 0.85 was slower still (ninth session).
+/// 5.53 at 0.3. 0.85 was slower still (ninth session). Re-measured in the twenty-fifth
+/// session (100k: 0.2 within 1% of 0.3, 0.45 and up 4-29% slower; 1M: 0.45-0.6 1% faster).
 const MEMORY_SHARE: f64 = 0.3;
 
 /// [`MEMORY_SHARE`], or the development override `CVA_GPU_MEMORY_SHARE` (a number in
