@@ -479,6 +479,15 @@ extern "C" __global__ void inner_paths(unsigned long long seed, unsigned first_o
 // arithmetic (inner_paths_fixed).
 #define SXS (PATHS_D | 1)
 
+// Element o of the block's states (src, in shared memory) to its high word at dst[o]
+// and its low word at dstl[o] (the contiguous copy of inner_paths_fixed).
+__device__ __forceinline__ void copy_element(unsigned* dst, unsigned* dstl, const double* src,
+                                             int o) {
+    const double v = src[o];
+    dst[o] = (unsigned)__double2hiint(v);
+    dstl[o] = (unsigned)__double2loint(v);
+}
+
 // The block's copy of PATHS_EXP_T (then a barrier: every thread of the block calls it).
 static_assert(PATHS_BLOCK >= 32, "the exp table is copied by the first 32 threads");
 __device__ __forceinline__ void exp_table_to_shared(double2* et) {
@@ -643,11 +652,7 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
             unsigned* dstl = dst + step_stride;
             if (one_run) {
 #pragma unroll
-                for (int j = 0; j < PATHS_D; ++j) {
-                    const double v = src[j * PATHS_BLOCK];
-                    dst[j * PATHS_BLOCK] = (unsigned)__double2hiint(v);
-                    dstl[j * PATHS_BLOCK] = (unsigned)__double2loint(v);
-                }
+                for (int j = 0; j < PATHS_D; ++j) copy_element(dst, dstl, src, j * PATHS_BLOCK);
             } else {
 #pragma unroll
                 for (int j = 0; j < PATHS_D; ++j) {
@@ -655,11 +660,7 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
                         dst += jump;
                         dstl += jump;
                     }
-                    if (j < j_end) {
-                        const double v = src[j * PATHS_BLOCK];
-                        dst[j * PATHS_BLOCK] = (unsigned)__double2hiint(v);
-                        dstl[j * PATHS_BLOCK] = (unsigned)__double2loint(v);
-                    }
+                    if (j < j_end) copy_element(dst, dstl, src, j * PATHS_BLOCK);
                 }
             }
         } else
