@@ -79,6 +79,24 @@ __device__ __forceinline__ T* map_rank(T* p, unsigned r) {
 #ifndef NO_FWD
 #define NO_FWD 0
 #endif
+// SMALL_SMEM 1: 21.8 KB of shared memory per block (10 blocks per SM possible): the
+// backward normals through the path kernel's ring (the straddling Philox block generated
+// again), the ring and the block's partial in one buffer, rank 0's matrix packed (lower
+// triangle) in the same buffer. Needs LDLT_REG 1.
+#ifndef SMALL_SMEM
+#define SMALL_SMEM 0
+#endif
+#if SMALL_SMEM && !LDLT_REG
+#error "SMALL_SMEM needs LDLT_REG"
+#endif
+#define PK(i, k) ((i) * ((i) + 1) / 2 + (k))
+#if SMALL_SMEM
+#define MAT(i, k) mat[PK(i, k)]  // k <= i
+#define RHS(i) rhs[i]
+#else
+#define MAT(i, k) mat[(i) * LDM + (k)]
+#define RHS(i) mat[(i) * LDM + NBAS]
+#endif
 #ifndef MINB
 #define MINB 7
 #endif
@@ -109,8 +127,17 @@ extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(64, MINB
 fused_date(unsigned first_outer, unsigned date, int steps, const double* __restrict__ start,
            double* __restrict__ value) {
     __shared__ double xs_all[64 * SXS];
+#if SMALL_SMEM
+    __shared__ double ubuf[NPART];  // the ring (generation), the partial, rank 0's packed matrix
+    float* const zbase = (float*)ubuf;
+    double* const part = ubuf;
+    static_assert(RING * LDX * 4 <= NPART * 8 && (RING & (RING - 1)) == 0, "ring");
+#else
     __shared__ float zbuf[ZROWS * LDX];  // ring (forward), step normals (backward), rank 0's matrix
     __shared__ double part[NPART];
+    float* const zbase = zbuf;
+#endif
+    __shared__ double rhs[32];
     __shared__ double yv[64], fv[64], beta[32], bl[32], red[2];
     __shared__ double2 et[32];
     const unsigned rank = cluster_rank();
@@ -120,7 +147,7 @@ fused_date(unsigned first_outer, unsigned date, int steps, const double* __restr
     const int mm = (int)rank * 64 + tid;
     const bool live = mm < M_INNER;
     double* xs = xs_all + tid * SXS;
-    float* zr = zbuf + tid;
+    float* zr = zbase + tid;
     NormalStream ns;
     stream_init(ns, 0, first_outer + l, date, (unsigned)mm);
     fixed_keys(ns);
@@ -144,6 +171,18 @@ fused_date(unsigned first_outer, unsigned date, int steps, const double* __restr
         double p = 0.0;
         bool itm = false;
         if (live) {
+#if SMALL_SMEM
+            const unsigned d0 = (unsigned)s * D;
+            unsigned next = d0 / 4, row = d0 % RING;
+#pragma unroll
+            for (int k = 0; k < D; ++k) {
+                if (k % PATHS_CH == 0)
+                    fill_ring(zr, &next, d0 + (k + PATHS_CH < D ? k + PATHS_CH : D), ns);
+                const double z = (double)zr[row * LDX];
+                row = (row + 1) & (RING - 1);
+                xs[k] = xs[k] * exp_step(-(C_DRIFT[k] + C_VOL[k] * z), et);
+            }
+#else
             const unsigned d0 = (unsigned)s * D, blo = d0 / 4, bhi = (d0 + D - 1) / 4;
             for (unsigned b = blo; b <= bhi; ++b) {
                 float z0, z1, z2, z3;
@@ -167,6 +206,7 @@ fused_date(unsigned first_outer, unsigned date, int steps, const double* __restr
                 const double z = (double)zr[(off + k) * LDX];
                 xs[k] = xs[k] * exp_step(-(C_DRIFT[k] + C_VOL[k] * z), et);
             }
+#endif
             p = paths_payoff(xs, 1);
             itm = p > 0.0;
         }
@@ -221,6 +261,29 @@ fused_date(unsigned first_outer, unsigned date, int steps, const double* __restr
         }
         cluster_sync();
         if (rank == 0 && FUSED_MODE != 3) {
+#if SMALL_SMEM
+            double* mat = ubuf;  // packed lower triangle PK(i, k), k <= i; rhs apart
+            double g[NPART / 64];
+#pragma unroll
+            for (int q = 0; q < NPART / 64; ++q) {
+                const int e = tid + 64 * q;
+                double t = 0.0;
+#pragma unroll
+                for (int r = 0; r < CL; ++r) t += map_rank(part, (unsigned)r)[e];
+                g[q] = t;
+            }
+            __syncthreads();  // every read of this block's partial done: mat overwrites it
+#pragma unroll
+            for (int q = 0; q < NPART / 64; ++q) {
+                const int e = tid + 64 * q;
+                const int ln = (e & 63) >> 1, j = e & 1;
+                const int I = q >= 6 ? 3 : q >= 3 ? 2 : q >= 1 ? 1 : 0;
+                const int J = q - I * (I + 1) / 2;
+                const int row = 8 * I + (ln >> 2), col = 8 * J + 2 * (ln & 3) + j;
+                if (row < NBAS && col <= row) mat[PK(row, col)] = g[q];
+                else if (row == NBAS && col < NBAS) rhs[col] = g[q];
+            }
+#else
             double* mat = (double*)zbuf;  // 30 x LDM: A (lower and upper), column 30 the rhs
             for (int e = tid; e < NPART; e += 64) {
                 double g = 0.0;
@@ -238,20 +301,25 @@ fused_date(unsigned first_outer, unsigned date, int steps, const double* __restr
                     mat[col * LDM + NBAS] = g;
                 }
             }
+#endif
             __syncthreads();
             if (warp == 0) {
                 // one-warp L D L^T, lane i owns row i (lower part), then the solves
                 const double cnt = mat[0];
                 const int i = lane;
                 if (FUSED_MODE == 2) {
-                    if (i < NBAS) beta[i] = cnt > 0.0 ? mat[i * LDM + NBAS] / cnt * 1e-3 : 0.0;
+                    if (i < NBAS) beta[i] = cnt > 0.0 ? RHS(i) / cnt * 1e-3 : 0.0;
                 } else if (cnt >= (double)NBAS) {
 #if LDLT_REG
                     {
                         double a[NBAS];
 #pragma unroll
                         for (int k = 0; k < NBAS; ++k)
+#if SMALL_SMEM
+                            a[k] = i < NBAS && k <= i ? MAT(i, k) : (k == 0 ? 1.0 : 0.0);
+#else
                             a[k] = i < NBAS ? mat[i * LDM + k] : (k == 0 ? 1.0 : 0.0);
+#endif
 #pragma unroll
                         for (int j = 0; j < NBAS - 1; ++j) {
                             const double dj = __shfl_sync(0xffffffffu, a[j], j);
@@ -266,7 +334,7 @@ fused_date(unsigned first_outer, unsigned date, int steps, const double* __restr
                         if (i < NBAS) {
 #pragma unroll
                             for (int k = 0; k < NBAS; ++k)
-                                if (k <= i) mat[i * LDM + k] = a[k];
+                                if (k <= i) MAT(i, k) = a[k];
                         }
                         __syncwarp();
                     }
@@ -287,19 +355,19 @@ fused_date(unsigned first_outer, unsigned date, int steps, const double* __restr
                     }
 #endif
                     // L z = b
-                    double bi = i < NBAS ? mat[i * LDM + NBAS] : 0.0;
+                    double bi = i < NBAS ? RHS(i) : 0.0;
                     for (int j = 0; j < NBAS; ++j) {
                         const double zj = __shfl_sync(0xffffffffu, bi, j);
-                        if (i > j && i < NBAS) bi = bi - mat[i * LDM + j] * zj;
+                        if (i > j && i < NBAS) bi = bi - MAT(i, j) * zj;
                     }
-                    double xi = i < NBAS ? bi / mat[i * LDM + i] : 0.0;
+                    double xi = i < NBAS ? bi / MAT(i, i) : 0.0;
                     for (int j = NBAS - 1; j >= 0; --j) {
                         const double xj = __shfl_sync(0xffffffffu, xi, j);
-                        if (i < j) xi = xi - mat[j * LDM + i] * xj;
+                        if (i < j) xi = xi - MAT(j, i) * xj;
                     }
                     if (i < NBAS) beta[i] = xi;
                 } else {
-                    if (i < NBAS) beta[i] = i == 0 ? (cnt > 0.0 ? mat[NBAS] / cnt : 0.0) : 0.0;
+                    if (i < NBAS) beta[i] = i == 0 ? (cnt > 0.0 ? RHS(0) / cnt : 0.0) : 0.0;
                 }
             }
         }
