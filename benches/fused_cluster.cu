@@ -115,10 +115,7 @@ __device__ __forceinline__ void logsum_step(double* xs, float* zr, unsigned firs
     unsigned row = first % RING;
 #pragma unroll
     for (int k = 0; k < PATHS_D; ++k) {
-        if (k % PATHS_CH == 0)
-            fill_ring(zr, next, first + (k + PATHS_CH < PATHS_D ? k + PATHS_CH : PATHS_D), ns);
-        const double z = (double)zr[row * LDX];
-        row = (RING & (RING - 1)) == 0 ? (row + 1) & (RING - 1) : (row + 1 == RING ? 0u : row + 1);
+        const double z = ring_normal(k, zr, &row, first, next, ns);
         xs[k] = xs[k] + (C_DRIFT[k] + C_VOL[k] * z);
     }
 }
@@ -176,10 +173,7 @@ fused_date(unsigned first_outer, unsigned date, int steps, const double* __restr
             unsigned next = d0 / 4, row = d0 % RING;
 #pragma unroll
             for (int k = 0; k < D; ++k) {
-                if (k % PATHS_CH == 0)
-                    fill_ring(zr, &next, d0 + (k + PATHS_CH < D ? k + PATHS_CH : D), ns);
-                const double z = (double)zr[row * LDX];
-                row = (row + 1) & (RING - 1);
+                const double z = ring_normal(k, zr, &row, d0, &next, ns);
                 xs[k] = xs[k] * exp_step(-(C_DRIFT[k] + C_VOL[k] * z), et);
             }
 #else

@@ -520,6 +520,20 @@ __device__ __forceinline__ void fill_ring(float* zr, unsigned* next, unsigned en
     *next = b;
 }
 
+// The normal of draw first + k (asset k < PATHS_D of the step whose draws start at
+// `first`) from the ring, which is filled PATHS_CH assets ahead at each chunk's first
+// asset; *row (the ring's row of that draw) advances to the next draw's.
+__device__ __forceinline__ double ring_normal(int k, float* zr, unsigned* row, unsigned first,
+                                              unsigned* next, const NormalStream& ns) {
+    if (k % PATHS_CH == 0)
+        fill_ring(zr, next, first + (k + PATHS_CH < PATHS_D ? k + PATHS_CH : PATHS_D), ns);
+    const double z = (double)zr[*row * LDX];
+    // A ring of a power-of-two size wraps by a mask (a mask for the compare and
+    // select: one instruction fewer per asset in the SASS at basket29).
+    *row = (RING & (RING - 1)) == 0 ? (*row + 1) & (RING - 1) : (*row + 1 == RING ? 0u : *row + 1);
+    return z;
+}
+
 // One exact GBM step of the state xs[i] (i < d) with the normals of draws
 // first .. first + d, generated into the ring a chunk of assets at a time. The correlated increment of asset i
 // is ((C_i0 z_0 + C_i1 z_1) + ...) + C_ii z_i in increasing k, as the generic kernel
@@ -535,12 +549,7 @@ __device__ __forceinline__ void gbm_step_fixed(double* xs, float* zr, unsigned f
 #endif
 #pragma unroll
     for (int k = 0; k < PATHS_D; ++k) {
-        if (k % PATHS_CH == 0)
-            fill_ring(zr, next, first + (k + PATHS_CH < PATHS_D ? k + PATHS_CH : PATHS_D), ns);
-        const double z = (double)zr[row * LDX];
-        // A ring of a power-of-two size wraps by a mask (a mask for the compare and
-        // select: one instruction fewer per asset in the SASS at basket29).
-        row = (RING & (RING - 1)) == 0 ? (row + 1) & (RING - 1) : (row + 1 == RING ? 0u : row + 1);
+        const double z = ring_normal(k, zr, &row, first, next, ns);
 #if PATHS_FACTOR
 #pragma unroll
         for (int i = k; i < PATHS_D; ++i) {
