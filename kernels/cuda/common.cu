@@ -56,24 +56,16 @@ __device__ __forceinline__ void store_report(GpuReport* __restrict__ rep, long l
 }
 
 // Sums over aligned segments of W = 8, 16 or 32 lanes on the FP64 tensor cores (sm_80
-// or later; every lane of the warp takes part). mma.sync.m8n8k4.f64: lane l holds
-// A[l/4][l%4], B[l%4][l/4] and D[l/4][2(l%4) + {0, 1}]. With ones as A and the lanes'
-// values as B, lane l receives the sums of the lane quads 2t and 2t + 1, t = l % 4,
+// or later; every lane of the warp takes part), through prelude.cu's mma_m8n8k4_f64.
+// With ones as A and the lanes' values as B, lane l receives the sums of the lane quads 2t and 2t + 1, t = l % 4,
 // added into the sum of the octet of lanes 8t .. 8t + 7 (tc_octet_sum); a second step
 // with those octet sums as A (0 for the octets outside the lane's segment) and ones as
 // B gives every lane its segment's sum. The tensor core adds its four products in order
-// as fused multiply-adds (measured in regression.cu's build), so each sum is a fixed
-// chain of roundings: deterministic, in another order than a shuffle butterfly.
+// as fused multiply-adds, so each sum is a fixed chain of roundings: deterministic, in another order than a shuffle butterfly.
 // Latency on the H100: a 32-lane sum 175 -> 70 cycles (benches/RESULTS.md, eleventh
 // session).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define TC_SUMS 1
-// D = A B + D for one 8 x 8 x 4 f64 block (A, B: this lane's fragment values).
-__device__ __forceinline__ void mma_m8n8k4_f64(double& d0, double& d1, double a, double b) {
-    asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
-        : "+d"(d0), "+d"(d1)
-        : "d"(a), "d"(b));
-}
 // Sum of x over the octet of lanes 8 (l % 4) .. 8 (l % 4) + 7.
 __device__ __forceinline__ double tc_octet_sum(double x) {
     double d0 = 0, d1 = 0;
@@ -277,7 +269,7 @@ __device__ __forceinline__ bool group_any(bool p, const Group& g, int* iscratch)
 #endif
 }
 
-// Asynchronous global -> shared copy of one element (async_copy.cu): the data travels
+// Asynchronous global -> shared copy of one element (prelude.cu): the data travels
 // without registers and the copy overlaps the work on the previous system.
 __device__ __forceinline__ void cp_async_elem(real* dst, const real* src) {
 #if REAL_F64

@@ -15,7 +15,7 @@
 //
 // Inner states: element (l, mm, i) of the block of m * d doubles at states + l * stride (a
 // view of the path generator's [l][s][mm][i] layout at one date), held as the two planes
-// of words of async_copy.cu: the high word of element e = mm * d + i at word e of the
+// of words of prelude.cu: the high word of element e = mm * d + i at word e of the
 // block, its low word at word m * d + e. Cash flows: (l, mm) at
 // cash[l * m + mm], with the date index they are paid at in cash_date. Outer states:
 // (l, k, i) at outer[l * outer_stride + k * d + i].

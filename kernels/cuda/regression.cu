@@ -28,7 +28,7 @@
 // payoff with its assets, weights and call/put as constants: the bits of engine.cu's
 // engine_payoff and of the CPU's GpuPayoff::value, see regression.rs).
 //
-// States: the two planes of words of async_copy.cu (paths.cu writes them). Every kernel
+// States: the two planes of words of prelude.cu (paths.cu writes them). Every kernel
 // stores the payoff of every inner path of its regressions at payoff[l * m + mm] (the
 // exercise update reads it there), whether or not the path enters.
 //
@@ -148,13 +148,6 @@ __device__ __forceinline__ void load_quad(const real* row, int q, real v[4]) {
 #define NB ((N + 1 + 7) / 8)
 #define NBLK (NB * (NB + 1) / 2)
 
-// D = A B + D for one 8 x 8 x 4 f64 block (A, B: this lane's fragment values).
-__device__ __forceinline__ void dmma_8x8x4(double& d0, double& d1, double a, double b) {
-    asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
-        : "+d"(d0), "+d"(d1)
-        : "d"(a), "d"(b));
-}
-
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 regression_build_f64(const double* __restrict__ states, long long path_stride,
                      const double* __restrict__ y, double* __restrict__ A,
@@ -262,7 +255,7 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
 #pragma unroll
                 for (int J = 0; J <= I; ++J) {
                     const int k = I * (I + 1) / 2 + J;
-                    dmma_8x8x4(acc[k][0], acc[k][1], fr[I], fr[J]);
+                    mma_m8n8k4_f64(acc[k][0], acc[k][1], fr[I], fr[J]);
                 }
         }
     }

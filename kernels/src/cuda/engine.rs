@@ -39,11 +39,11 @@ const ENGINE_CU: &str = include_str!("../../cuda/engine.cu");
 /// Threads per block of every engine kernel.
 const BLOCK: u32 = 256;
 
-/// The full CUDA source of the engine module (no defines): `async_copy.cu` and
+/// The full CUDA source of the engine module (no defines): `prelude.cu` and
 /// `engine.cu`, the embedded copies or those in the directory `CVA_CUDA_SOURCE_DIR` names
 /// when that is set (the development hook of [`super::module`]).
 pub fn engine_source() -> String {
-    super::module::async_copy_source() + &super::module::source_file("engine.cu", ENGINE_CU)
+    super::module::prelude_source() + &super::module::source_file("engine.cu", ENGINE_CU)
 }
 
 fn grid(threads: usize) -> Result<LaunchConfig, GpuError> {

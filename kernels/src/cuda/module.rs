@@ -1,9 +1,9 @@
 //! NVRTC compilation of the embedded CUDA sources and the per-device module cache.
 //!
 //! A kernel is identified by a [`KernelKey`] (family, precision, `n`, `n*`, shared
-//! stride). Its source is a list of `#define`s followed by `cuda/common.cu` and the
-//! family's file; NVRTC compiles it straight to a CUBIN for the device's
-//! `sm_XY`, which is loaded once and kept for the life of the [`ModuleCache`].
+//! stride). Its source is a list of `#define`s followed by `cuda/prelude.cu`,
+//! `cuda/common.cu` and the family's file; NVRTC compiles it straight to a CUBIN for the
+//! device's `sm_XY`, which is loaded once and kept for the life of the [`ModuleCache`].
 
 use super::GpuError;
 use cudarc::driver::{CudaContext, CudaFunction};
@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::ffi::{c_char, CString};
 use std::sync::{Arc, Mutex};
 
-const ASYNC_COPY_CU: &str = include_str!("../../cuda/async_copy.cu");
+const PRELUDE_CU: &str = include_str!("../../cuda/prelude.cu");
 const COMMON_CU: &str = include_str!("../../cuda/common.cu");
 const RCP_CU: &str = include_str!("../../cuda/rcp.cu");
 const LDLT_CU: &str = include_str!("../../cuda/ldlt.cu");
@@ -66,10 +66,11 @@ pub(crate) fn source_file(name: &str, embedded: &'static str) -> String {
     }
 }
 
-/// `cuda/async_copy.cu` (the cp.async helpers shared by the solver, build and engine
-/// modules), to be placed before the source that uses it.
-pub(crate) fn async_copy_source() -> String {
-    source_file("async_copy.cu", ASYNC_COPY_CU)
+/// `cuda/prelude.cu` (the device helpers shared by the solver, build and engine modules:
+/// cp.async copies, the inner states' planes of words, the FP64 tensor-core block), to be
+/// placed before the source that uses it.
+pub(crate) fn prelude_source() -> String {
+    source_file("prelude.cu", PRELUDE_CU)
 }
 
 impl KernelFamily {
@@ -166,7 +167,7 @@ impl KernelKey {
                 s += "#define VEC_OK 1\n";
             }
         }
-        s += &async_copy_source();
+        s += &prelude_source();
         s += &source_file("common.cu", COMMON_CU);
         s += &self.family.source();
         s

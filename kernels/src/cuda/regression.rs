@@ -29,7 +29,7 @@
 //! Outer paths with no entering path get `A = 0`, `b = 0`, count 0. The upper triangle
 //! of `A` is not written.
 
-use super::module::{async_copy_source, compile_cubin, source_file};
+use super::module::{compile_cubin, prelude_source, source_file};
 use super::solver::GpuReal;
 use super::GpuError;
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
@@ -127,7 +127,7 @@ impl GpuPayoff {
 
     /// The device function `double payoff_value(const unsigned* hi, const unsigned* lo,
     /// double strike)` of the build kernels: [`Self::c_expression`] of the asset prices
-    /// `state_join(hi, lo, i)` (the inner states' two planes of words, `async_copy.cu`),
+    /// `state_join(hi, lo, i)` (the inner states' two planes of words, `prelude.cu`),
     /// weights as exact bit patterns, the strike passed in.
     fn value_source(&self) -> String {
         let (level, gap) = self.c_expression(
@@ -354,7 +354,7 @@ pub fn regression_source(
     let prefetch = u32::from(prefetch);
     format!(
         "#define REAL_F64 {real_f64}\n#define N {n}\n#define DEG {deg}\n#define G {g}\n#define P {p}\n#define STAGES {stages}\n#define THREADS {threads}\n#define MIN_BLOCKS {min_blocks}\n#define USE_FMA {use_fma}\n#define TILE_PREFETCH {prefetch}\n#define D {assets}\n#define TENSOR_CORES 0\n{}{}{}",
-        async_copy_source(),
+        prelude_source(),
         payoff.value_source(),
         source_file("regression.cu", REGRESSION_CU)
     )
@@ -374,7 +374,7 @@ pub fn regression_source_tensor_cores(
     let threads = 32 * w;
     format!(
         "#define REAL_F64 1\n#define N {n}\n#define DEG {deg}\n#define W {w}\n#define G {w}\n#define P {TENSOR_CORE_CHUNK}\n#define STAGES {stages}\n#define THREADS {threads}\n#define MIN_BLOCKS {min_blocks}\n#define USE_FMA 1\n#define TILE_PREFETCH 0\n#define D {assets}\n#define TENSOR_CORES 1\n{}{}{}",
-        async_copy_source(),
+        prelude_source(),
         payoff.value_source(),
         source_file("regression.cu", REGRESSION_CU)
     )

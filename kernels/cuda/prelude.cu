@@ -1,8 +1,12 @@
-// Asynchronous copies global -> shared memory (cp.async, sm_80 and later; plain copies
-// before), shared by the solver modules (common.cu), the regression build
+// Device helpers shared by the solver modules (common.cu), the regression build
 // (regression.cu) and the engine kernels (engine.cu): the host prepends this file to
-// each of their sources. The data travels without registers; a thread groups its copies
-// with async_copy_commit and waits for them with async_copy_wait.
+// each of their sources. Three parts:
+// - asynchronous copies global -> shared memory (cp.async, sm_80 and later; plain copies
+//   before): the data travels without registers; a thread groups its copies with
+//   async_copy_commit and waits for them with async_copy_wait;
+// - the inner states' two planes of words (paths.cu writes them so);
+// - one 8 x 8 x 4 f64 block on the FP64 tensor cores (sm_80 and later), for the solvers'
+//   lane sums (common.cu) and the build's Psi^T Psi (regression.cu).
 
 // 4-byte copy.
 __device__ __forceinline__ void async_copy4(void* dst, const void* src) {
@@ -93,3 +97,17 @@ __device__ __forceinline__ void warp_copy_words_async(unsigned* dst, const unsig
     for (int r = 4 * lane; r < nv; r += 128) async_copy16(dst + r, src + r);
     for (int r = nv + lane; r < nw; r += 32) async_copy4(dst + r, src + r);
 }
+
+// ---- The FP64 tensor cores (sm_80 and later) ----
+//
+// D = A B + D for one 8 x 8 x 4 f64 block, mma.sync.m8n8k4.f64 (A, B: this lane's
+// fragment values): lane l holds A[l/4][l%4], B[l%4][l/4] and D[l/4][2(l%4) + {0, 1}].
+// The tensor core adds its four products in order as fused multiply-adds (measured in
+// regression.cu's build).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+__device__ __forceinline__ void mma_m8n8k4_f64(double& d0, double& d1, double a, double b) {
+    asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
+        : "+d"(d0), "+d"(d1)
+        : "d"(a), "d"(b));
+}
+#endif
