@@ -57,11 +57,12 @@ __device__ __forceinline__ void store_report(GpuReport* __restrict__ rep, long l
 
 // Sums over aligned segments of W = 8, 16 or 32 lanes on the FP64 tensor cores (sm_80
 // or later; every lane of the warp takes part), through prelude.cu's mma_m8n8k4_f64.
-// With ones as A and the lanes' values as B, lane l receives the sums of the lane quads 2t and 2t + 1, t = l % 4,
-// added into the sum of the octet of lanes 8t .. 8t + 7 (tc_octet_sum); a second step
-// with those octet sums as A (0 for the octets outside the lane's segment) and ones as
-// B gives every lane its segment's sum. The tensor core adds its four products in order
-// as fused multiply-adds, so each sum is a fixed chain of roundings: deterministic, in another order than a shuffle butterfly.
+// With ones as A and the lanes' values as B, lane l receives the sums of the lane quads
+// 2t and 2t + 1, t = l % 4, added into the sum of the octet of lanes 8t .. 8t + 7
+// (tc_octet_sum); a second step with those octet sums as A (0 for the octets outside the
+// lane's segment) and ones as B gives every lane its segment's sum. The tensor core adds
+// its four products in order as fused multiply-adds, so each sum is a fixed chain of
+// roundings: deterministic, in another order than a shuffle butterfly.
 // Latency on the H100: a 32-lane sum 175 -> 70 cycles (benches/RESULTS.md, eleventh
 // session).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
