@@ -122,22 +122,38 @@ __device__ __forceinline__ real hh_add_mul(real acc, real p, real q) {
 // n - 1 (f64 n = 30 n* = 16: 11.9k -> 5.7k SASS lines, 186 -> 89 KB). Column i is read
 // from and v written into the register rows by selects over the L columns of the phase. Same arithmetic and order
 // as the unrolled steps (the extra terms are exact zeros), up to the sign of zeros.
-// 0: every step unrolled (straight-line code). Default: L = 8 for f64 n* = 16 with
-// 30 <= n <= 32, together with the cap of 168 registers (12 warps/SM): f64 n = 30
-// 66.4 (n* = 32, unrolled) -> 76.0 M/s, n = 32 62.8 -> 68.7 (H100, batch 2^20,
-// benches/RESULTS.md round 9). Elsewhere the unrolled code was as fast or faster: f64
-// n = 20 167.4 unrolled against 127.4 rolled, n = 24 108.7 against 101.5 (its code
-// still fits), f64 n* = 32 at n = 30 (66.4 against 57.6), f64 n = 16 and 48, f32.
-// n = 31 takes L = 4: 71.0-71.7 -> 75.2 M/s (round 11; at n = 30 L = 4 lost, 73.5-74.3
-// against 75.4-76.4 with L = 8, and at n = 32 it was even, 72.1 against 72.2-73.0).
+// 0: every step unrolled (straight-line code). Default: L = 2 for f64 n* = 16 with
+// 30 <= n <= 32, together with the cap of 168 registers (12 warps/SM). The rolled steps
+// first won in round 9 (L = 8: f64 n = 30 66.4 (n* = 32, unrolled) -> 76.0 M/s, n = 32
+// 62.8 -> 68.7; H100, batch 2^20, benches/RESULTS.md). Elsewhere the unrolled code was as
+// fast or faster: f64 n = 20 167.4 unrolled against 127.4 rolled, n = 24 108.7 against
+// 101.5 (its code still fits), f64 n* = 32 at n = 30 (66.4 against 57.6), f64 n = 16 and
+// 48, f32. The phase length, re-measured on the present kernel (thirtieth session, M
+// systems/s at L = 8 / 4 / 3 / 2 / 1): n = 30 84.0 / 89.1 / 83.2 / 91.1 / 70.1, n = 31 (L = 4
+// before) 82.8 / 82.8 / 84.9 / 85.8 / 52.2, n = 32 74.4 / 77.6 / 78.9 / 80.6 / 39.3. Fewer
+// columns per select and fewer zero columns in the loops, against more step bodies
+// (n = 30: 15.2k SASS lines at L = 2, 9.9k at L = 8).
 #ifndef HH_ROLL
-#if REAL_F64 && NSTAR == 16 && N == 31
-#define HH_ROLL 4
-#elif REAL_F64 && NSTAR == 16 && N >= 30 && N <= 32
-#define HH_ROLL 8
+#if REAL_F64 && NSTAR == 16 && N >= 30 && N <= 32
+#define HH_ROLL 2
 #else
 #define HH_ROLL 0
 #endif
+#endif
+
+// HH_SPLIT 1 (with HH_ROLL > 0): the rolled step's rank-2 update in two halves around the
+// group sum of p^T v and v^T b. With w = p + kk v (kk = -tau p^T v / 2),
+// A - v w^T - w v^T = A - v p^T - (p + 2 kk v) v^T: p (zero on the rows r <= i) goes to the
+// shared vector where w went, and after its barrier the half a(r, k) -= v_r p_k needs
+// nothing from the sum, which is in flight meanwhile; the half a(r, k) -= w'_r v_k, with
+// w'_r = p_r + 2 kk v_r, reads v_k published by v's barrier. No w barrier; the same FMAs
+// and shared loads in two passes instead of one; results differ from the one-pass update
+// in the last bits. 0: w formed after the sum, one pass. Default: f64 n = 30 and 31
+// (thirtieth session, H100, batch 2^20, with L = 2: n = 30 91.1 -> 94.0 M/s, n = 31 85.8 ->
+// 88.8); at n = 32 (v and column i in shared memory) it lost, 80.6 -> 78.6, and with L = 8
+// at n = 30 too, 84.0 -> 82.0.
+#ifndef HH_SPLIT
+#define HH_SPLIT (HH_ROLL > 0 && N < 32)
 #endif
 
 // HH_VSH 1 (with HH_ROLL > 0, one buffer): v_i goes into the packed column i of the
@@ -413,6 +429,49 @@ __device__ __forceinline__ void hh_step(const int i, real (&a)[R][N], real (&b)[
             }
         }
     }
+#if HH_SPLIT
+    real pv_loc = 0, vb_loc = 0;
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+        int r = g.t + s * NSTAR;
+        p[s] = tau * (p[s] + p2[s]);
+        pv_loc = hh_add_mul(pv_loc, p[s], vr[s]);
+        vb_loc = hh_add_mul(vb_loc, vr[s], b[s]);
+        if (r < i + 1) p[s] = 0;
+        if (row_max(s) >= B + 1 && g.t < NSTAR && r < N) w_sh[r] = p[s];  // p, not w
+    }
+    group_sync();
+    hh_group_sum2(pv_loc, vb_loc, red_scratch);
+    // First half, A -= v p^T, while the sum is in flight (v_r = p_k = 0 for r, k <= i).
+#pragma unroll
+    for (int k = B + 1; k < N; ++k) {
+        const real pk = w_sh[k];
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            if (row_max(s) >= B + 1) a[s][k] = hh_add_mul(a[s][k], -vr[s], pk);
+        }
+    }
+    const real kk2 = -tau * pv_loc;
+    const real tvb = tau * vb_loc;
+    real wr[R];
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+        int r = g.t + s * NSTAR;
+        wr[s] = hh_add_mul(p[s], kk2, vr[s]);
+        if (row_max(s) >= B + 1 && g.t < NSTAR && r < N) {
+            if (r >= i + 1) b[s] = hh_add_mul(b[s], -tvb, vr[s]);
+        }
+    }
+    // Second half, A -= w' v^T with w' = p + 2 kk v (kk2 = 2 kk); v_k published by v's barrier.
+#pragma unroll
+    for (int k = B + 1; k < N; ++k) {
+        const real vk = v_sh[k];
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            if (row_max(s) >= B + 1) a[s][k] = hh_add_mul(a[s][k], -wr[s], vk);
+        }
+    }
+#else
     real pv_loc = 0, vb_loc = 0;
 #pragma unroll
     for (int s = 0; s < R; ++s) {
@@ -444,6 +503,7 @@ __device__ __forceinline__ void hh_step(const int i, real (&a)[R][N], real (&b)[
             if (row_max(s) >= B + 1) a[s][k] = hh_add_mul(hh_add_mul(a[s][k], -vr[s], wk), -wr[s], vk);
         }
     }
+#endif
 }
 
 // Phases B, B + HH_ROLL, ... up to step N - 3, each a rolled loop over its steps.

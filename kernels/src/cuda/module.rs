@@ -433,8 +433,8 @@ mod tests {
                 }
             }
         }
-        // The rolled Householder kernels (f64, n* = 16, 30 <= n <= 32; L = 4 at n = 31, v in
-        // the shared A at n = 32) with the strides the solver gives them.
+        // The rolled Householder kernels (f64, n* = 16, 30 <= n <= 32, L = 2; the split update
+        // at n = 30 and 31, v in the shared A at n = 32) with the strides the solver gives them.
         for n in [30usize, 31, 32] {
             let spw = crate::cuda::tuning::systems_per_warp(16);
             let elems = crate::cuda::tuning::householder_elems(n, true);
