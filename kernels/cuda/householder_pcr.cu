@@ -314,6 +314,20 @@ __device__ __forceinline__ void hh_identity_step(const real (&a)[R][N], real* sd
 }
 
 #if HH_ROLL > 0
+// a(r, k) -= c_r x_k for the register rows r and the columns k >= B + 1 (x in shared
+// memory): one half of HH_SPLIT's rank-2 update.
+template <int B>
+__device__ __forceinline__ void hh_rank1_update(real (&a)[R][N], const real (&c)[R], const real* x) {
+#pragma unroll
+    for (int k = B + 1; k < N; ++k) {
+        const real xk = x[k];
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            if (row_max(s) >= B + 1) a[s][k] = hh_add_mul(a[s][k], -c[s], xk);
+        }
+    }
+}
+
 // One reflector step i (runtime, B <= i < B + HH_ROLL, i < N - 2) of phase B.
 template <int B>
 __device__ __forceinline__ void hh_step(const int i, real (&a)[R][N], real (&b)[R], real* sv, real* sw, real* sd,
@@ -443,14 +457,7 @@ __device__ __forceinline__ void hh_step(const int i, real (&a)[R][N], real (&b)[
     group_sync();
     hh_group_sum2(pv_loc, vb_loc, red_scratch);
     // First half, A -= v p^T, while the sum is in flight (v_r = p_k = 0 for r, k <= i).
-#pragma unroll
-    for (int k = B + 1; k < N; ++k) {
-        const real pk = w_sh[k];
-#pragma unroll
-        for (int s = 0; s < R; ++s) {
-            if (row_max(s) >= B + 1) a[s][k] = hh_add_mul(a[s][k], -vr[s], pk);
-        }
-    }
+    hh_rank1_update<B>(a, vr, w_sh);
     const real kk2 = -tau * pv_loc;
     const real tvb = tau * vb_loc;
     real wr[R];
@@ -463,14 +470,7 @@ __device__ __forceinline__ void hh_step(const int i, real (&a)[R][N], real (&b)[
         }
     }
     // Second half, A -= w' v^T with w' = p + 2 kk v (kk2 = 2 kk); v_k published by v's barrier.
-#pragma unroll
-    for (int k = B + 1; k < N; ++k) {
-        const real vk = v_sh[k];
-#pragma unroll
-        for (int s = 0; s < R; ++s) {
-            if (row_max(s) >= B + 1) a[s][k] = hh_add_mul(a[s][k], -wr[s], vk);
-        }
-    }
+    hh_rank1_update<B>(a, wr, v_sh);
 #else
     real pv_loc = 0, vb_loc = 0;
 #pragma unroll
