@@ -286,12 +286,16 @@ __device__ __forceinline__ void cp_async_elem(real* dst, const real* src) {
 __device__ __forceinline__ void prefetch_system(const real* __restrict__ gA, const real* __restrict__ gB,
                                                 real* sA, real* sB, const Group& g, bool active) {
     if (!active || g.t >= NSTAR) return;
+    // Row g.t of every column from one base pointer each, so that every copy's addresses
+    // are those bases plus constants (a 64-bit index per copy otherwise).
+    const real* ga = gA + g.t;
+    real* sa = sA + g.t;
 #pragma unroll
     for (int c = 0; c < N; ++c) {
 #pragma unroll
         for (int q = 0; q < (N + NSTAR - 1) / NSTAR; ++q) {
             int dr = g.t + q * NSTAR;
-            if (q * NSTAR < N - c && dr < N - c) cp_async_elem(sA + packed_col(c) + dr, gA + c * N + c + dr);
+            if (q * NSTAR < N - c && dr < N - c) cp_async_elem(sa + packed_col(c) + q * NSTAR, ga + c * N + c + q * NSTAR);
         }
     }
 #pragma unroll

@@ -281,6 +281,58 @@ __device__ __forceinline__ void hh_dlarfg(real xs, real alpha, real& tau, real& 
 #endif
 }
 
+// HH_LATE_CHECK 1 (not with HH_TRIDIAG_OUT): A's entries are checked for NaN and infinity
+// only when the solve broke down or the residual is not finite, which a non-finite entry
+// of the lower triangle always causes (its row of A x - b, or of |A| with x != 0, is not
+// finite); b is still checked as it is loaded. The register rows are then loaded without
+// a check or select per entry (ncu, thirty-first session: the row loads ~7% of the
+// kernel's stall samples at f64 n = 30, one finiteness test and two selects per entry).
+// Statuses are the same as with the check at load.
+#ifndef HH_LATE_CHECK
+#define HH_LATE_CHECK (!HH_TRIDIAG_OUT)
+#endif
+
+// HH_PCR_RCP 1: PCR divides by the pivots of its neighbours through reciprocals: every
+// row publishes 1 / d (rcp_rn_fast of rcp.cu, the correctly rounded reciprocal without the
+// out-of-line slow path of IEEE division, or `/` for all of the thread's rows when some
+// |d| is outside its range), and alpha = -a 1 / d_lo, gamma = -c 1 / d_hi, z = v 1 / d are
+// products. One reciprocal per row and step instead of two divisions, and without the
+// divisions' slow-path branches, which kept the compiler from overlapping them (ncu,
+// thirty-first session: the PCR's 22 divisions per thread ran one after another,
+// ~10% of the kernel's stall samples at f64 n = 30). Results differ from `/` in the last
+// bits (a product with a rounded reciprocal); a zero or non-finite pivot still ends in
+// a non-finite d, v or c, so breakdown is flagged where it was.
+#ifndef HH_PCR_RCP
+#define HH_PCR_RCP 1
+#endif
+#if HH_PCR_RCP && !HH_TRIDIAG_OUT
+#if REAL_F64
+#define PCR_RCP_KEY_LO (23u << 20)    // |hi(d)| of 2^-1000
+#define PCR_RCP_KEY_HI (2024u << 20)  // |hi(d)| of 2^1001
+__device__ __forceinline__ unsigned pcr_rcp_key(double d) { return (unsigned)__double2hiint(d) & 0x7fffffffu; }
+__device__ __forceinline__ double pcr_rcp_fast(double d) { return rcp_rn_fast_f64(d); }
+#else
+#define PCR_RCP_KEY_LO (27u << 23)    // |bits| of 2^-100
+#define PCR_RCP_KEY_HI (228u << 23)   // |bits| of 2^101
+__device__ __forceinline__ unsigned pcr_rcp_key(float d) { return (unsigned)__float_as_int(d) & 0x7fffffffu; }
+__device__ __forceinline__ float pcr_rcp_fast(float d) { return rcp_rn_fast_f32(d); }
+#endif
+// r = 1 / d for this thread's rows (the rows it does not own hold d = 1).
+__device__ __forceinline__ void pcr_reciprocals(const real (&d)[R], real (&r)[R]) {
+    bool fast = true;
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+        const unsigned key = pcr_rcp_key(d[s]);
+        fast &= key >= PCR_RCP_KEY_LO && key < PCR_RCP_KEY_HI;
+        r[s] = pcr_rcp_fast(d[s]);
+    }
+    if (!fast) {
+#pragma unroll
+        for (int s = 0; s < R; ++s) r[s] = (real)1 / d[s];
+    }
+}
+#endif
+
 // Step N - 2 of dsytd2 reduces an empty x: dlarfg returns tau = 0 and beta = alpha, so
 // H_{N-2} = I and the step only records d_{N-2} = A(N-2, N-2), e_{N-2} = alpha and
 // tau_{N-2} = 0 (the full step left A and b bit for bit as they were: its p, w and the
@@ -609,6 +661,25 @@ __device__ __forceinline__ void householder_body(const real* __restrict__ A, con
 
     // Full symmetric rows into registers.
     real a[R][N];
+#if HH_LATE_CHECK
+    // Row i from two base pointers: A(i, k) for k <= i at packed_col(k) + i - k, for k > i
+    // at packed_col(i) + k - i; constant offsets from either. No finiteness check here
+    // (see HH_LATE_CHECK) and no identity for an inactive system (its rows are whatever
+    // the shared buffer holds; nothing of it is stored).
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+        const int i = g.t + s * NSTAR;
+        const bool own = g.t < NSTAR && i < N;
+        const real* lower = sA + i;
+        const real* upper = sA + (i * N - (i * (i - 1)) / 2) - i;
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            real v = 0;
+            if (own) v = (k <= i) ? lower[packed_col(k) - k] : upper[k];
+            a[s][k] = v;
+        }
+    }
+#else
 #pragma unroll
     for (int s = 0; s < R; ++s) {
         int i = g.t + s * NSTAR;
@@ -631,6 +702,7 @@ __device__ __forceinline__ void householder_body(const real* __restrict__ A, con
             a[s][k] = v;
         }
     }
+#endif
 
     // Tridiagonalization.
 #if HH_ROLL > 0
@@ -797,6 +869,9 @@ __device__ __forceinline__ void householder_body(const real* __restrict__ A, con
 #else
     // PCR on (d, e) with right-hand side Q^T b.
     real dd[R], cc[R], vv[R];
+#if HH_PCR_RCP
+    real rd[R];
+#endif
 #pragma unroll
     for (int s = 0; s < R; ++s) {
         int r = g.t + s * NSTAR;
@@ -814,10 +889,18 @@ __device__ __forceinline__ void householder_body(const real* __restrict__ A, con
         real* bd = pd + cur * N;
         real* bc = pc + cur * N;
         real* bv = pv + cur * N;
+#if HH_PCR_RCP
+        // Each row publishes 1 / d instead of d: its neighbours only divide by it.
+        pcr_reciprocals(dd, rd);
+#endif
 #pragma unroll
         for (int s = 0; s < R; ++s) {
             int r = g.t + s * NSTAR;
+#if HH_PCR_RCP
+            if (g.t < NSTAR && r < N) { bd[r] = rd[s]; bc[r] = cc[s]; bv[r] = vv[s]; }
+#else
             if (g.t < NSTAR && r < N) { bd[r] = dd[s]; bc[r] = cc[s]; bv[r] = vv[s]; }
+#endif
         }
         group_sync();
 #pragma unroll
@@ -826,6 +909,25 @@ __device__ __forceinline__ void householder_body(const real* __restrict__ A, con
             if (g.t < NSTAR && r < N) {
                 int lo = r - stride, hi = r + stride;
                 real a_r = 0, alph = 0, v_lo = 0;
+#if HH_PCR_RCP
+                if (lo >= 0) {
+                    a_r = bc[lo];  // coupling lo <-> r
+                    alph = -a_r * bd[lo];
+                    v_lo = bv[lo];
+                }
+                real c_r = cc[s], gam = 0, v_hi = 0, c_hi = 0;
+                if (hi < N) {
+                    gam = -c_r * bd[hi];
+                    v_hi = bv[hi];
+                    c_hi = bc[hi];  // coupling hi <-> hi + stride
+                }
+                real nd = dd[s] + alph * a_r + gam * c_r;
+                real nv = vv[s] + alph * v_lo + gam * v_hi;
+                real nc = gam * c_hi;
+                // A non-finite alph (gam) makes alph a_r (gam c_r) and so nd non-finite:
+                // a_r = 0 with 1 / d = inf gives NaN, a_r != 0 gives -inf or NaN.
+                if (!finite(nd) || !finite(nv) || !finite(nc)) breakdown = true;
+#else
                 if (lo >= 0) {
                     a_r = bc[lo];  // coupling lo <-> r
                     alph = -a_r / bd[lo];
@@ -841,6 +943,7 @@ __device__ __forceinline__ void householder_body(const real* __restrict__ A, con
                 real nv = vv[s] + alph * v_lo + gam * v_hi;
                 real nc = gam * c_hi;
                 if (!finite(alph) || !finite(gam) || !finite(nd) || !finite(nv) || !finite(nc)) breakdown = true;
+#endif
                 dd[s] = nd;
                 vv[s] = nv;
                 cc[s] = nc;
@@ -849,12 +952,19 @@ __device__ __forceinline__ void householder_body(const real* __restrict__ A, con
         cur ^= 1;
     }
     real x[R];
+#if HH_PCR_RCP
+    pcr_reciprocals(dd, rd);
+#endif
 #pragma unroll
     for (int s = 0; s < R; ++s) {
         int r = g.t + s * NSTAR;
         x[s] = 0;
         if (g.t < NSTAR && r < N) {
+#if HH_PCR_RCP
+            x[s] = vv[s] * rd[s];
+#else
             x[s] = vv[s] / dd[s];
+#endif
             if (!finite(x[s])) breakdown = true;
         }
     }
@@ -926,6 +1036,24 @@ __device__ __forceinline__ void householder_body(const real* __restrict__ A, con
         borig[s] = (g.t < NSTAR && i < N && active) ? sB[i] : (real)0;
     }
     double res = group_residual<HH_RES_UNROLL>(sA, sx, borig, x, g, red_scratch, iscratch);
+#if HH_LATE_CHECK
+    // A non-finite entry of A's lower triangle makes some row of A x - b or |A| non-finite,
+    // so res is NaN: only then is the shared A (the original) scanned. The condition is
+    // the same in every thread of a group; the warp (the block where NSTAR > 32) enters
+    // together, as group_any's ballot needs.
+    const bool suspect = breakdown || !isfinite(res);
+#if NSTAR > 32
+    if (suspect) {
+#else
+    if (__any_sync(0xffffffffu, suspect)) {
+#endif
+        bool nf = false;
+        if (suspect && g.t < NSTAR) {
+            for (int e = g.t; e < N * (N + 1) / 2; e += NSTAR) nf |= !finite(sA[e]);
+        }
+        bad = group_any(bad || nf, g, iscratch);
+    }
+#endif
     unsigned status = bad ? STATUS_NON_FINITE_INPUT
                     : breakdown ? STATUS_FAILED
                     : isnan(res) ? STATUS_FAILED : STATUS_OK;
