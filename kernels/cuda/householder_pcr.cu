@@ -333,6 +333,25 @@ __device__ __forceinline__ void pcr_reciprocals(const real (&d)[R], real (&r)[R]
 }
 #endif
 
+// HH_PCR_LOCAL 1 (with HH_PCR_RCP, n* a power of two below n): PCR stops once the
+// stride reaches n*. After the steps of strides 1, 2, ..., n*/2 row r couples only with
+// rows r -+ n*, so the rows t, t + n*, t + 2 n*, ... of thread t form a symmetric
+// tridiagonal system of their own (diagonal d, off-diagonal c), which the thread solves
+// alone by L D L^T (Thomas, no pivoting) instead of the last ceil(log2(n / n*)) shared
+// steps: no exchange through shared memory, and two reciprocals where PCR's last step and
+// z = v / d took four (n = 30, n* = 16: 4 shared steps and a 2 x 2 solve instead of 5).
+#ifndef HH_PCR_LOCAL
+#define HH_PCR_LOCAL 1
+#endif
+#if HH_PCR_RCP && !HH_TRIDIAG_OUT
+// 1 / d: rcp_rn_fast inside its range, `/` outside it.
+__device__ __forceinline__ real pcr_rcp1(real d) {
+    const unsigned key = pcr_rcp_key(d);
+    if (key >= PCR_RCP_KEY_LO && key < PCR_RCP_KEY_HI) return pcr_rcp_fast(d);
+    return (real)1 / d;
+}
+#endif
+
 // Step N - 2 of dsytd2 reduces an empty x: dlarfg returns tau = 0 and beta = alpha, so
 // H_{N-2} = I and the step only records d_{N-2} = A(N-2, N-2), e_{N-2} = alpha and
 // tau_{N-2} = 0 (the full step left A and b bit for bit as they were: its p, w and the
@@ -380,6 +399,22 @@ __device__ __forceinline__ void hh_rank1_update(real (&a)[R][N], const real (&c)
     }
 }
 
+// HH_COL_SEL 1: the rolled step picks column i (i in [B, KE), runtime) from the register
+// columns by selects starting from column B; 0: by `k == i` tests with a zero default,
+// which the compiler turned into uniform branches (f64 n = 30: ~5 per slot and step).
+// HH_V_SEL 1: the slot's v is computed by every thread and selected, only its store
+// under the row test; 0: a branch around it for the threads past row N - 1.
+// The same values either way (same result bits). Defaults (rolled kernels without HH_VSH,
+// i.e. f64 n* = 16, n = 30 and 31), measured on one H200 (thirty-third session, batch
+// 2^20, M systems/s, benches/RESULTS.md), neither / HH_COL_SEL / HH_V_SEL / both:
+// n = 30 98.6-98.8 / 100.0 / 101.7-101.8 / 90.5-90.8 (both: 128 B of stack, 360 B of
+// spill stores, against 16-32 B), n = 31 93.7-93.9 / 94.0-94.2 / 95.8 / 97.3-97.4.
+#ifndef HH_COL_SEL
+#define HH_COL_SEL (N != 30)
+#endif
+#ifndef HH_V_SEL
+#define HH_V_SEL 1
+#endif
 // One reflector step i (runtime, B <= i < B + HH_ROLL, i < N - 2) of phase B.
 template <int B>
 __device__ __forceinline__ void hh_step(const int i, real (&a)[R][N], real (&b)[R], real* sv, real* sw, real* sd,
@@ -409,9 +444,16 @@ __device__ __forceinline__ void hh_step(const int i, real (&a)[R][N], real (&b)[
         for (int s = 0; s < R; ++s) {
             col[s] = 0;
             if (row_max(s) >= B) {
+#if HH_COL_SEL
+                // i lies in [B, KE): selects from a[s][B], no default (no branches).
+                col[s] = a[s][B];
+#pragma unroll
+                for (int k = B + 1; k < KE; ++k) col[s] = (k == i) ? a[s][k] : col[s];
+#else
 #pragma unroll
                 for (int k = B; k < KE; ++k)
                     if (k == i) col[s] = a[s][k];
+#endif
             }
         }
     }
@@ -453,6 +495,14 @@ __device__ __forceinline__ void hh_step(const int i, real (&a)[R][N], real (&b)[
 #pragma unroll
     for (int s = 0; s < R; ++s) {
         int r = g.t + s * NSTAR;
+#if HH_V_SEL && !HH_VSH
+        // v computed by every thread and selected, only the store under the row test
+        // (a branch around the slot's v otherwise, for the threads past row N - 1).
+        const bool own = row_max(s) >= B + 1 && g.t < NSTAR && r < N;
+        const real v = (r == i + 1) ? (real)1 : col[s] * scal;
+        vr[s] = (own && r >= i + 1) ? v : (real)0;
+        if (own) v_sh[r] = vr[s];
+#else
         vr[s] = 0;
         if (row_max(s) >= B + 1 && g.t < NSTAR && r < N) {
             if (r >= i + 1) vr[s] = (r == i + 1) ? (real)1 : col[s] * scal;
@@ -461,6 +511,7 @@ __device__ __forceinline__ void hh_step(const int i, real (&a)[R][N], real (&b)[
             if (r >= i + 1) sA[packed_col(i) + r - i] = vr[s];
 #endif
         }
+#endif
 #if !HH_VSH
         // Selects, not a branch per column (rows without a reflector entry take 0 there:
         // their column i is dead).
@@ -882,7 +933,13 @@ __device__ __forceinline__ void householder_body(const real* __restrict__ A, con
     }
     bool breakdown = false;
     int cur = 0;
+#if HH_PCR_RCP && HH_PCR_LOCAL
+    // Shared steps up to the stride n* (HH_PCR_LOCAL), then the thread's own rows.
+    constexpr bool PCR_LOCAL = NSTAR < N && (NSTAR & (NSTAR - 1)) == 0;
+    constexpr int STEPS = PCR_LOCAL ? ceil_log2(NSTAR) : ceil_log2(N);
+#else
     constexpr int STEPS = ceil_log2(N);
+#endif
 #pragma unroll
     for (int step = 0; step < STEPS; ++step) {
         const int stride = 1 << step;
@@ -952,6 +1009,36 @@ __device__ __forceinline__ void householder_body(const real* __restrict__ A, con
         cur ^= 1;
     }
     real x[R];
+#if HH_PCR_RCP && HH_PCR_LOCAL
+    if constexpr (PCR_LOCAL) {
+        // The thread's rows t + s n* (s = 0..R-1): diagonal dd[s], coupling cc[s] between
+        // slots s and s + 1 (0 past the last row; rows past N hold d = 1, c = v = 0, so
+        // their x is 0). Forward: pivots p_s = d_s - c_{s-1}^2 / p_{s-1}, w_s = v_s -
+        // (c_{s-1} / p_{s-1}) w_{s-1}; back: x_s = (w_s - c_s x_{s+1}) / p_s.
+        real rp[R], w[R];
+        bool piv_ok = true;
+        w[0] = vv[0];
+        rp[0] = pcr_rcp1(dd[0]);
+#pragma unroll
+        for (int s = 1; s < R; ++s) {
+            const real m = cc[s - 1] * rp[s - 1];
+            const real p = dd[s] - m * cc[s - 1];
+            w[s] = vv[s] - m * w[s - 1];
+            rp[s] = pcr_rcp1(p);
+            if (g.t + s * NSTAR < N && !finite(p)) piv_ok = false;
+        }
+        x[R - 1] = w[R - 1] * rp[R - 1];
+#pragma unroll
+        for (int s = R - 2; s >= 0; --s) x[s] = (w[s] - cc[s] * x[s + 1]) * rp[s];
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+            const int r = g.t + s * NSTAR;
+            if (g.t < NSTAR && r < N && (!finite(x[s]) || !piv_ok)) breakdown = true;
+            if (!(g.t < NSTAR && r < N)) x[s] = 0;
+        }
+    } else
+#endif
+    {
 #if HH_PCR_RCP
     pcr_reciprocals(dd, rd);
 #endif
@@ -967,6 +1054,7 @@ __device__ __forceinline__ void householder_body(const real* __restrict__ A, con
 #endif
             if (!finite(x[s])) breakdown = true;
         }
+    }
     }
 
     // x = Q z = H_0 (H_1 (... H_{n-2} z)).
