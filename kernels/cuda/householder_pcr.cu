@@ -1046,22 +1046,23 @@ __device__ __forceinline__ void householder_body(const real* __restrict__ A, con
     } else
 #endif
     {
+        // PCR ran to the end: every row is decoupled, z = v / d.
 #if HH_PCR_RCP
-    pcr_reciprocals(dd, rd);
+        pcr_reciprocals(dd, rd);
 #endif
 #pragma unroll
-    for (int s = 0; s < R; ++s) {
-        int r = g.t + s * NSTAR;
-        x[s] = 0;
-        if (g.t < NSTAR && r < N) {
+        for (int s = 0; s < R; ++s) {
+            int r = g.t + s * NSTAR;
+            x[s] = 0;
+            if (g.t < NSTAR && r < N) {
 #if HH_PCR_RCP
-            x[s] = vv[s] * rd[s];
+                x[s] = vv[s] * rd[s];
 #else
-            x[s] = vv[s] / dd[s];
+                x[s] = vv[s] / dd[s];
 #endif
-            if (!finite(x[s])) breakdown = true;
+                if (!finite(x[s])) breakdown = true;
+            }
         }
-    }
     }
 
     // x = Q z = H_0 (H_1 (... H_{n-2} z)).
