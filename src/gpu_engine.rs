@@ -117,6 +117,12 @@ pub struct GpuEngine<T: GpuReal> {
     /// `discount[s] = e^{-r s dt}`, `s = 0..=N`, and its device copy.
     discount: Vec<f64>,
     discount_dev: CudaSlice<f64>,
+    /// What a chunk's buffers hold.
+    shape: ChunkShape,
+    /// The chunk buffers allocated at start-up, beside the NVRTC compiles (taken by the
+    /// first [`GpuEngine::simulate`] of as many outer paths; `None` after it, or where
+    /// they did not fit).
+    preallocated: std::sync::Mutex<Option<Preallocated<T>>>,
     startup: std::time::Duration,
 }
 
@@ -294,6 +300,129 @@ struct ChunkBuffers<T: GpuReal> {
     residuals: CudaSlice<f32>,
     residuals_host: PinnedHostSlice<f32>,
     exercises: CudaSlice<u64>,
+}
+
+/// What the chunk buffers of a scenario hold, from the scenario and its American
+/// positions' `(position, basis size)`: enough to size and allocate them without the
+/// compiled engine (so that start-up can allocate them beside the NVRTC compiles).
+#[derive(Debug, Clone)]
+struct ChunkShape {
+    n_dates: usize,
+    m: usize,
+    d: usize,
+    positions: usize,
+    /// The largest basis size (1 without American positions).
+    nmax: usize,
+    /// Regression steps of a chunk: per American position maturing at `t_mi`,
+    /// `mi - k - 1` at each exposure date `k < mi`.
+    cap: usize,
+    /// Dates the inner paths of one exposure date span at most.
+    steps: usize,
+}
+
+impl ChunkShape {
+    fn new(scenario: &Scenario, americans: &[(usize, usize)]) -> Self {
+        let nmax = americans.iter().map(|&(_, n)| n).max().unwrap_or(1);
+        let cap = americans
+            .iter()
+            .map(|&(p, _)| {
+                let mi = scenario.portfolio[p].maturity_index;
+                mi * mi.saturating_sub(1) / 2
+            })
+            .sum::<usize>()
+            .max(1);
+        let steps = scenario
+            .portfolio
+            .iter()
+            .map(|p| p.maturity_index)
+            .max()
+            .unwrap_or(0)
+            .max(1);
+        Self {
+            n_dates: scenario.exposure_dates,
+            m: scenario.simulation.inner_paths,
+            d: scenario.market.assets.len(),
+            positions: scenario.portfolio.len(),
+            nmax,
+            cap,
+            steps,
+        }
+    }
+
+    /// Device bytes per outer path of a chunk, with `es` bytes per element of the
+    /// systems.
+    fn bytes_per_path(&self, es: usize) -> usize {
+        let (m, d, nmax) = (self.m, self.d, self.nmax);
+        (2 * self.steps - 1) * m * d * 8
+            + (self.n_dates + 1) * d * 8
+            + 2 * m * (8 + 4 + 8)
+            + m * 8
+            + (nmax * nmax + 2 * nmax) * es
+            + std::mem::size_of::<GpuReport>()
+            + 4
+            + self.positions
+            + self.cap * 8
+            + 64
+    }
+
+    /// Outer paths per chunk for `m0` outer paths with `free` bytes of device memory
+    /// free: [`memory_share`] of it, at most 512 MiB of residuals on the host, and chunks
+    /// of equal size (the smallest buffers for the fewest chunks).
+    fn chunk_size(&self, free: usize, m0: usize, es: usize) -> usize {
+        let residual_bytes = self.cap * 4;
+        let most = ((free as f64 * memory_share()) as usize / self.bytes_per_path(es))
+            .min((512 << 20) / residual_bytes)
+            .clamp(1, m0.max(1));
+        m0.max(1).div_ceil(m0.max(1).div_ceil(most))
+    }
+
+    /// The buffers of a chunk of `c` outer paths, allocated on `stream` (then
+    /// synchronized: the path stream uses them too).
+    fn buffers<T: GpuReal>(
+        &self,
+        stream: &Arc<CudaStream>,
+        c: usize,
+    ) -> Result<ChunkBuffers<T>, GpuError> {
+        let (n_dates, m, d, nmax, cap, steps) =
+            (self.n_dates, self.m, self.d, self.nmax, self.cap, self.steps);
+        // SAFETY (both): plain f64 storage; every element a kernel reads was written by
+        // `GpuPaths::inner_paths` for the same exposure date first.
+        let inner = [unsafe { stream.alloc(c * steps * m * d) }?, unsafe {
+            stream.alloc((c * (steps - 1) * m * d).max(1))
+        }?];
+        let buffers = ChunkBuffers {
+            c,
+            outer: stream.alloc_zeros(c * (n_dates + 1) * d)?,
+            inner,
+            cash: [stream.alloc_zeros(c * m)?, stream.alloc_zeros(c * m)?],
+            cash_date: [stream.alloc_zeros(c * m)?, stream.alloc_zeros(c * m)?],
+            y: [stream.alloc_zeros(c * m)?, stream.alloc_zeros(c * m)?],
+            a: stream.alloc_zeros(c * nmax * nmax)?,
+            b: stream.alloc_zeros(c * nmax)?,
+            x: stream.alloc_zeros(c * nmax)?,
+            reports: stream.alloc_zeros(c)?,
+            counts: stream.alloc_zeros(c)?,
+            payoffs: stream.alloc_zeros(c * m)?,
+            alive: stream.alloc_zeros(self.positions.max(1) * c)?,
+            records: stream.alloc_zeros(cap * STEP_RECORD_WORDS)?,
+            residuals: stream.alloc_zeros(cap * c)?,
+            // SAFETY: plain f32 storage, read only after a copy into it has completed
+            // (`chunk` synchronizes the stream first); flags 0: cached, for reading on
+            // the host.
+            residuals_host: unsafe { stream.context().alloc_pinned_with_flags(cap * c, 0) }?,
+            exercises: stream.alloc_zeros(1)?,
+        };
+        stream.synchronize()?;
+        Ok(buffers)
+    }
+}
+
+/// Chunk buffers allocated at start-up for the scenario's `outer_paths` (`m0`), in
+/// chunks of `chunk` outer paths.
+struct Preallocated<T: GpuReal> {
+    m0: usize,
+    chunk: usize,
+    buffers: ChunkBuffers<T>,
 }
 
 /// The summary of a step, as [`BatchSummary::from_reports`] over its reports with the
@@ -483,6 +612,10 @@ impl<T: GpuReal> GpuEngine<T> {
             }
             _ => None,
         };
+        let shape = ChunkShape::new(
+            scenario,
+            &bases.iter().map(|(p, b)| (*p, b.len())).collect::<Vec<_>>(),
+        );
         let mut ns: Vec<usize> = bases.iter().map(|(_, b)| b.len()).collect();
         ns.sort_unstable();
         ns.dedup();
@@ -508,7 +641,29 @@ impl<T: GpuReal> GpuEngine<T> {
                 }
             }
         }
-        let (compiled, rest) = std::thread::scope(|scope| {
+        // The chunk buffers of the run (mapping tens of GB takes tens of milliseconds on
+        // a large device) are allocated on a thread of their own while the kernels
+        // compile, from the free memory before the modules load (they take little of
+        // it: a chunk takes `memory_share()` of the free memory). Out of memory here
+        // only leaves the allocation to `simulate`, which then halves the chunks.
+        let m0 = sim.outer_paths;
+        let es = std::mem::size_of::<T>();
+        let (compiled, rest, preallocated) = std::thread::scope(|scope| {
+            let preallocate = scope.spawn(|| -> Result<_, GpuError> {
+                let t = Instant::now();
+                let (free, _) = stream.context().mem_get_info()?;
+                let chunk = shape.chunk_size(free, m0, es);
+                let buffers = match shape.buffers::<T>(&stream, chunk) {
+                    Ok(buffers) => Some(Preallocated {
+                        m0,
+                        chunk,
+                        buffers,
+                    }),
+                    Err(e) if is_out_of_memory(&e) => None,
+                    Err(e) => return Err(e),
+                };
+                Ok((buffers, t.elapsed()))
+            });
             let solver_compiles = scope.spawn(|| {
                 let t = Instant::now();
                 solver
@@ -568,17 +723,22 @@ impl<T: GpuReal> GpuEngine<T> {
             let paths_compiled = paths_compile
                 .join()
                 .unwrap_or_else(|e| std::panic::resume_unwind(e));
-            ((solver_compiled, paths_compiled), rest)
+            let preallocated = preallocate
+                .join()
+                .unwrap_or_else(|e| std::panic::resume_unwind(e));
+            ((solver_compiled, paths_compiled), rest, preallocated)
         });
         let t_solver = compiled.0?;
         let (paths, t_paths) = compiled.1?;
         let (kernels, t_kernels, payoffs, americans, t_rest) = rest?;
+        let (preallocated, t_alloc) = preallocated?;
         if profile {
             for (name, t) in [
                 ("  solver kernels (NVRTC, own thread)", t_solver),
                 ("  paths module (NVRTC, own thread)", t_paths),
                 ("  engine kernels (NVRTC)", t_kernels),
                 ("  engine kernels, payoffs, builds (NVRTC)", t_rest),
+                ("  chunk buffers (own thread)", t_alloc),
             ] {
                 eprintln!("GPU start-up: {name:<40} {:>8.3} s", t.as_secs_f64());
             }
@@ -604,6 +764,8 @@ impl<T: GpuReal> GpuEngine<T> {
                 .and_then(|v| v.parse().ok()),
             discount,
             discount_dev,
+            shape,
+            preallocated: std::sync::Mutex::new(preallocated),
             startup: t0.elapsed(),
         })
     }
@@ -621,94 +783,6 @@ impl<T: GpuReal> GpuEngine<T> {
     /// The engine kernels (for [`estimate_on_device`] on other data).
     pub fn kernels(&self) -> &EngineKernels {
         &self.kernels
-    }
-
-    /// Device bytes per outer path of a chunk.
-    fn bytes_per_path(&self, scenario: &Scenario) -> usize {
-        let (m, d, n_dates) = (
-            scenario.simulation.inner_paths,
-            scenario.market.assets.len(),
-            scenario.exposure_dates,
-        );
-        let nmax = self.americans.iter().map(|a| a.n).max().unwrap_or(1);
-        let es = std::mem::size_of::<T>();
-        let steps = self.max_steps(scenario);
-        (2 * steps - 1) * m * d * 8
-            + (n_dates + 1) * d * 8
-            + 2 * m * (8 + 4 + 8)
-            + m * 8
-            + (nmax * nmax + 2 * nmax) * es
-            + std::mem::size_of::<GpuReport>()
-            + 4
-            + scenario.portfolio.len()
-            + self.step_capacity(scenario) * 8
-            + 64
-    }
-
-    /// Dates the inner paths of one exposure date span at most.
-    fn max_steps(&self, scenario: &Scenario) -> usize {
-        scenario
-            .portfolio
-            .iter()
-            .map(|p| p.maturity_index)
-            .max()
-            .unwrap_or(0)
-            .max(1)
-    }
-
-    /// Regression steps of a chunk: per American position maturing at `t_mi`,
-    /// `mi - k - 1` at each exposure date `k < mi`.
-    fn step_capacity(&self, scenario: &Scenario) -> usize {
-        self.americans
-            .iter()
-            .map(|a| {
-                let mi = scenario.portfolio[a.position].maturity_index;
-                mi * mi.saturating_sub(1) / 2
-            })
-            .sum::<usize>()
-            .max(1)
-    }
-
-    fn buffers(&self, scenario: &Scenario, c: usize) -> Result<ChunkBuffers<T>, GpuError> {
-        let stream = self.solver.stream();
-        let (n_dates, m, d) = (
-            scenario.exposure_dates,
-            scenario.simulation.inner_paths,
-            scenario.market.assets.len(),
-        );
-        let nmax = self.americans.iter().map(|a| a.n).max().unwrap_or(1);
-        let cap = self.step_capacity(scenario);
-        let steps = self.max_steps(scenario);
-        // SAFETY (both): plain f64 storage; every element a kernel reads was written by
-        // `GpuPaths::inner_paths` for the same exposure date first.
-        let inner = [unsafe { stream.alloc(c * steps * m * d) }?, unsafe {
-            stream.alloc((c * (steps - 1) * m * d).max(1))
-        }?];
-        let buffers = ChunkBuffers {
-            c,
-            outer: stream.alloc_zeros(c * (n_dates + 1) * d)?,
-            inner,
-            cash: [stream.alloc_zeros(c * m)?, stream.alloc_zeros(c * m)?],
-            cash_date: [stream.alloc_zeros(c * m)?, stream.alloc_zeros(c * m)?],
-            y: [stream.alloc_zeros(c * m)?, stream.alloc_zeros(c * m)?],
-            a: stream.alloc_zeros(c * nmax * nmax)?,
-            b: stream.alloc_zeros(c * nmax)?,
-            x: stream.alloc_zeros(c * nmax)?,
-            reports: stream.alloc_zeros(c)?,
-            counts: stream.alloc_zeros(c)?,
-            payoffs: stream.alloc_zeros(c * m)?,
-            alive: stream.alloc_zeros(scenario.portfolio.len().max(1) * c)?,
-            records: stream.alloc_zeros(cap * STEP_RECORD_WORDS)?,
-            residuals: stream.alloc_zeros(cap * c)?,
-            // SAFETY: plain f32 storage, read only after a copy into it has completed
-            // (`chunk` synchronizes the stream first); flags 0: cached, for reading on
-            // the host.
-            residuals_host: unsafe { self.solver.context().alloc_pinned_with_flags(cap * c, 0) }?,
-            exercises: stream.alloc_zeros(1)?,
-        };
-        // The allocations are ordered on the engine stream; the path stream uses them too.
-        stream.synchronize()?;
-        Ok(buffers)
     }
 
     /// Runs the nested simulation of `scenario` (the one given to [`GpuEngine::new`]) and
@@ -731,28 +805,37 @@ impl<T: GpuReal> GpuEngine<T> {
         let mut pclock = PhaseClock::new(self.solver.context());
         let t_setup = Instant::now();
         let mut netted = stream.alloc_zeros::<f64>((n_dates + 1) * m0.max(1))?;
-        let (free, _) = self.solver.context().mem_get_info()?;
-        // Chunks from the free memory, and at most 512 MiB of residuals on the host.
-        let residual_bytes = self.step_capacity(scenario) * 4;
-        let most = ((free as f64 * memory_share()) as usize / self.bytes_per_path(scenario))
-            .min((512 << 20) / residual_bytes)
-            .clamp(1, m0.max(1));
-        // Chunks of equal size: the smallest buffers for the fewest chunks.
-        let mut chunk = m0.max(1).div_ceil(m0.max(1).div_ceil(most));
+        // The start-up's buffers where they were allocated for as many outer paths (else
+        // released before the free memory is read).
+        let preallocated = self
+            .preallocated
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+            .filter(|p| p.m0 == m0);
+        let (mut chunk, mut bufs) = match preallocated {
+            Some(p) => (p.chunk, Some(p.buffers)),
+            None => {
+                let (free, _) = self.solver.context().mem_get_info()?;
+                (
+                    self.shape.chunk_size(free, m0, std::mem::size_of::<T>()),
+                    None,
+                )
+            }
+        };
         clock.host("host: netted values, memory query", t_setup);
         let mut start_level = vec![vec![Method::Ldlt; n_dates + 1]; self.americans.len()];
         let mut timings = PhaseTimings::default();
         let mut outer_exercises = 0;
         let mut steps: Vec<RegressionStepStats> = Vec::new();
         let mut index: HashMap<(usize, usize), usize> = HashMap::new();
-        let mut bufs: Option<ChunkBuffers<T>> = None;
         let mut c0 = 0;
         while c0 < m0 {
             let c = chunk.min(m0 - c0);
             if bufs.as_ref().is_none_or(|b| b.c < c) {
                 bufs = None;
                 let t = Instant::now();
-                let allocated = self.buffers(scenario, chunk);
+                let allocated = self.shape.buffers::<T>(stream, chunk);
                 clock.host("host: chunk buffers allocation", t);
                 match allocated {
                     Ok(b) => bufs = Some(b),
@@ -774,7 +857,8 @@ impl<T: GpuReal> GpuEngine<T> {
             let mut out = ChunkOutput::default();
             let mut levels = start_level.clone();
             clock.start(stream)?;
-            match self.chunk(
+            let t_chunk = Instant::now();
+            let done = self.chunk(
                 scenario,
                 b,
                 &mut netted,
@@ -783,7 +867,10 @@ impl<T: GpuReal> GpuEngine<T> {
                 progress,
                 (&mut clock, &mut pclock),
                 &mut out,
-            ) {
+            );
+            // Host time of the chunk, against the sum of its intervals (profile only).
+            clock.host("host: chunk, all", t_chunk);
+            match done {
                 Ok(()) => {}
                 Err(e) if is_out_of_memory(&e) && c > 1 => {
                     // The path stream may still be writing the next date's inner paths

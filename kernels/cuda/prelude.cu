@@ -62,6 +62,25 @@ __device__ __forceinline__ void async_copy_wait() {
 #endif
 }
 
+// Prefetch hint: the 16-byte pieces of [p, p + bytes) (rounded inwards, so that nothing
+// outside the range is touched) into L2, for a copy that follows later. No registers and
+// no shared memory hold the data, so it raises the bytes in flight of a kernel whose
+// copies into shared memory are few: one bulk prefetch (sm_90, the Tensor Memory
+// Accelerator) or, before sm_90, one prefetch per 128-byte line (at most 32: one call
+// covers 4 KB there). One lane calls it.
+__device__ __forceinline__ void prefetch_l2(const void* p, long long bytes) {
+    const unsigned long long a = (unsigned long long)p;
+    const unsigned long long b = (a + 15) & ~15ull, e = (a + (unsigned long long)bytes) & ~15ull;
+    if (bytes <= 0 || e <= b) return;
+#if __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(b), "r"((unsigned)(e - b))
+                 : "memory");
+#elif __CUDA_ARCH__ >= 200
+    for (unsigned long long q = b & ~127ull, k = 0; q < e && k < 32; q += 128, ++k)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(q > b ? q : b));
+#endif
+}
+
 // ---- Inner states in two planes of words (paths.cu writes them so) ----
 //
 // The inner states of one (outer path, date) block, m x d doubles, are stored as the m d
