@@ -830,6 +830,7 @@ impl<T: GpuReal> GpuEngine<T> {
         let mut steps: Vec<RegressionStepStats> = Vec::new();
         let mut index: HashMap<(usize, usize), usize> = HashMap::new();
         let mut c0 = 0;
+        let mut t_loop = Instant::now();
         while c0 < m0 {
             let c = chunk.min(m0 - c0);
             if bufs.as_ref().is_none_or(|b| b.c < c) {
@@ -858,6 +859,7 @@ impl<T: GpuReal> GpuEngine<T> {
             let mut levels = start_level.clone();
             clock.start(stream)?;
             let t_chunk = Instant::now();
+            clock.host("host: chunk loop, outside the chunk calls", t_loop);
             let done = self.chunk(
                 scenario,
                 b,
@@ -870,6 +872,7 @@ impl<T: GpuReal> GpuEngine<T> {
             );
             // Host time of the chunk, against the sum of its intervals (profile only).
             clock.host("host: chunk, all", t_chunk);
+            t_loop = Instant::now();
             match done {
                 Ok(()) => {}
                 Err(e) if is_out_of_memory(&e) && c > 1 => {
@@ -928,13 +931,16 @@ impl<T: GpuReal> GpuEngine<T> {
             progress.chunk_done(c);
             c0 += c;
         }
+        clock.host("host: chunk loop, outside the chunk calls", t_loop);
         let t = Instant::now();
         drop(bufs);
         clock.host("host: chunk buffers release", t);
+        let t = Instant::now();
         clock.start(stream)?;
         let estimate = estimate_on_device(&self.kernels, scenario, &netted.as_view(), m0)?;
         clock.mark(stream, Phase::Exposure, "exposure statistics")?;
         clock.flush(&mut timings)?;
+        clock.host("host: exposure statistics", t);
         clock.host("host: simulate, all", t_setup);
         clock.print();
         pclock.print();

@@ -529,18 +529,16 @@ __device__ __forceinline__ void engine_exercise_stream_impl(
     }
     auto prefetch = [&]() {
         if (fl < l1) {
-            if (lane == 0) {
-                const int mm0 = 32 * ft;
-                const int rows = min(32, m - mm0);
-                const long long t = fl * m + mm0;
-                if (fa) {
-                    prefetch_l2((const unsigned*)(states + fl * stride) + (long long)mm0 * d,
-                                4ll * rows * d);
-                    prefetch_l2(payoff + t, 8ll * rows);
-                }
-                prefetch_l2(cash + t, 8ll * rows);
-                prefetch_l2(cash_date + t, 4ll * rows);
+            const int mm0 = 32 * ft;
+            const int rows = min(32, m - mm0);
+            const long long t = fl * m + mm0;
+            if (fa) {
+                prefetch_l2_lines((const unsigned*)(states + fl * stride) + (long long)mm0 * d,
+                                  4ll * rows * d, lane);
+                prefetch_l2_lines(payoff + t, 8ll * rows, lane);
             }
+            prefetch_l2_lines(cash + t, 8ll * rows, lane);
+            prefetch_l2_lines(cash_date + t, 4ll * rows, lane);
             if (++ft == tpp) {
                 ft = 0;
                 ++fl;

@@ -62,23 +62,17 @@ __device__ __forceinline__ void async_copy_wait() {
 #endif
 }
 
-// Prefetch hint: the 16-byte pieces of [p, p + bytes) (rounded inwards, so that nothing
-// outside the range is touched) into L2, for a copy that follows later. No registers and
-// no shared memory hold the data, so it raises the bytes in flight of a kernel whose
-// copies into shared memory are few: one bulk prefetch (sm_90, the Tensor Memory
-// Accelerator) or, before sm_90, one prefetch per 128-byte line (at most 32: one call
-// covers 4 KB there). One lane calls it.
-__device__ __forceinline__ void prefetch_l2(const void* p, long long bytes) {
-    const unsigned long long a = (unsigned long long)p;
-    const unsigned long long b = (a + 15) & ~15ull, e = (a + (unsigned long long)bytes) & ~15ull;
-    if (bytes <= 0 || e <= b) return;
-#if __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(b), "r"((unsigned)(e - b))
-                 : "memory");
-#elif __CUDA_ARCH__ >= 200
-    for (unsigned long long q = b & ~127ull, k = 0; q < e && k < 32; q += 128, ++k)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(q > b ? q : b));
-#endif
+// Prefetch hint for the warp: lane i asks L2 for the i-th 128-byte line of [p, p + bytes)
+// (at most 32 lines, 4 KB), for a copy that follows later. No register or shared memory
+// holds the data, so it raises the bytes in flight of a kernel whose copies into shared
+// memory are few. Every lane calls it. (One bulk prefetch by one lane,
+// `cp.async.bulk.prefetch.L2`, made the streaming exercise 44% slower: the address must be
+// warp-uniform, and the compiler loops over the lanes to make it so; benches/RESULTS.md,
+// thirty-fourth session.)
+__device__ __forceinline__ void prefetch_l2_lines(const void* p, long long bytes, int lane) {
+    const unsigned long long a = (unsigned long long)p, e = a + (unsigned long long)bytes;
+    const unsigned long long q = (a & ~127ull) + 128ull * (unsigned)lane;
+    if (bytes > 0 && q < e) asm volatile("prefetch.global.L2 [%0];" ::"l"(q > a ? q : a));
 }
 
 // ---- Inner states in two planes of words (paths.cu writes them so) ----

@@ -205,13 +205,13 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
     // starts 32 D words after the previous one).
     const bool vech = (((unsigned long long)slh) & 15) == 0;
     const bool vecl = (((unsigned long long)sll) & 15) == 0;
-    // Chunk c into L2 (lane 0; nothing past the last chunk).
+    // Chunk c into L2 (nothing past the last chunk; every lane).
     auto prefetch = [&](int c) {
-        if (BUILD_L2_PREFETCH > 0 && lane == 0 && c < chunks) {
+        if (BUILD_L2_PREFETCH > 0 && c < chunks) {
             const int p0 = c * TC_CHUNK, np = min(TC_CHUNK, m - p0);
-            prefetch_l2(slh + (long long)p0 * D, 4ll * np * D);
-            prefetch_l2(sll + (long long)p0 * D, 4ll * np * D);
-            prefetch_l2(yl + p0, 8ll * np);
+            prefetch_l2_lines(slh + (long long)p0 * D, 4ll * np * D, lane);
+            prefetch_l2_lines(sll + (long long)p0 * D, 4ll * np * D, lane);
+            prefetch_l2_lines(yl + p0, 8ll * np, lane);
         }
     };
     for (int c = STAGES - 1; c < STAGES - 1 + BUILD_L2_PREFETCH; ++c) prefetch(c);
