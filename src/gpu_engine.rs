@@ -3,7 +3,8 @@
 //! solves, position values and exposure statistics kept in device memory.
 //!
 //! Per chunk of outer paths (sized from the device's free memory, halved on
-//! out-of-memory; the buffers are allocated once for all chunks): outer paths on the
+//! out-of-memory; the buffers serve every chunk: [`GpuEngine::new`] allocates them
+//! beside its NVRTC compiles, and the engine keeps them between runs): outer paths on the
 //! device ([`GpuPaths`]); per exposure date `t_k`: the payoffs of the positions maturing
 //! at `t_k`, the inner paths ([`GpuPaths::inner_paths`], the CPU's Philox streams and
 //! layout), the European values, and for each American position the Longstaff–Schwartz
@@ -119,9 +120,10 @@ pub struct GpuEngine<T: GpuReal> {
     discount_dev: CudaSlice<f64>,
     /// What a chunk's buffers hold.
     shape: ChunkShape,
-    /// The chunk buffers allocated at start-up, beside the NVRTC compiles (taken by the
-    /// first [`GpuEngine::simulate`] of as many outer paths; `None` after it, or where
-    /// they did not fit).
+    /// The chunk buffers: allocated at start-up, beside the NVRTC compiles; taken by
+    /// [`GpuEngine::simulate`] for as many outer paths and put back at its end for the
+    /// next run (`None` while a run holds them, or where they did not fit at start-up);
+    /// released with the engine.
     preallocated: std::sync::Mutex<Option<Preallocated<T>>>,
     startup: std::time::Duration,
 }
@@ -417,8 +419,8 @@ impl ChunkShape {
     }
 }
 
-/// Chunk buffers allocated at start-up for the scenario's `outer_paths` (`m0`), in
-/// chunks of `chunk` outer paths.
+/// Chunk buffers kept by the engine between runs of `m0` outer paths, in chunks of
+/// `chunk` outer paths.
 struct Preallocated<T: GpuReal> {
     m0: usize,
     chunk: usize,
@@ -525,7 +527,10 @@ pub fn estimate_on_device(
 
 impl<T: GpuReal> GpuEngine<T> {
     /// Start-up: opens device 0, compiles every kernel the scenario needs (paths,
-    /// regression builds, engine kernels, solvers) and uploads the market and tables.
+    /// regression builds, engine kernels, solvers), uploads the market and tables, and
+    /// allocates the chunk buffers for the scenario's `outer_paths` on a thread of its
+    /// own beside the compiles (where they do not fit, [`GpuEngine::simulate`] allocates
+    /// smaller ones).
     ///
     /// # Errors
     /// No device, NVRTC compile failures (with the log), driver errors, a basis larger
@@ -805,7 +810,7 @@ impl<T: GpuReal> GpuEngine<T> {
         let mut pclock = PhaseClock::new(self.solver.context());
         let t_setup = Instant::now();
         let mut netted = stream.alloc_zeros::<f64>((n_dates + 1) * m0.max(1))?;
-        // The start-up's buffers where they were allocated for as many outer paths (else
+        // The engine's buffers where they were sized for as many outer paths (else
         // released before the free memory is read).
         let preallocated = self
             .preallocated
@@ -932,9 +937,18 @@ impl<T: GpuReal> GpuEngine<T> {
             c0 += c;
         }
         clock.host("host: chunk loop, outside the chunk calls", t_loop);
-        let t = Instant::now();
-        drop(bufs);
-        clock.host("host: chunk buffers release", t);
+        // The buffers stay with the engine for its next run (released when it is
+        // dropped): releasing tens of GB unmaps them at the next synchronisation, which
+        // took 0.04 s of the 100k run on an H200 (benches/RESULTS.md, thirty-fourth
+        // session).
+        *self
+            .preallocated
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = bufs.map(|buffers| Preallocated {
+            m0,
+            chunk,
+            buffers,
+        });
         let t = Instant::now();
         clock.start(stream)?;
         let estimate = estimate_on_device(&self.kernels, scenario, &netted.as_view(), m0)?;
@@ -1460,5 +1474,75 @@ mod tests {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod kept_buffers_tests {
+    use super::*;
+    use crate::engine::NoProgress;
+
+    /// Everything a run reports, as bits (the estimate, the profile, the step counts).
+    fn fingerprint(sim: &NestedSimulation, est: &CvaEstimate) -> String {
+        let steps: Vec<_> = sim
+            .steps
+            .iter()
+            .map(|s| {
+                (
+                    s.exposure_date,
+                    s.exercise_date,
+                    s.too_few_paths,
+                    format!("{:?}", s.summary),
+                    s.residuals.iter().map(|r| r.to_bits()).collect::<Vec<_>>(),
+                )
+            })
+            .collect();
+        format!(
+            "{} {} {} {} {} {:?} {:?}",
+            est.cva.to_bits(),
+            est.cva_std_error.to_bits(),
+            est.value_t0.to_bits(),
+            est.value_t0_std_error.to_bits(),
+            sim.outer_exercises,
+            est.profile,
+            steps
+        )
+    }
+
+    /// The engine keeps its chunk buffers between runs. A second run of the scenario on
+    /// the same engine (buffers taken dirty from the first) gives the first run's bits,
+    /// and a run of another `outer_paths` (buffers released and allocated again) the bits
+    /// of a fresh engine's run. basket29 (n = 30, American), 1,500 and 1,000 outer paths.
+    /// Needs a CUDA GPU (ignored without).
+    #[test]
+    #[ignore = "needs a CUDA GPU"]
+    fn kept_chunk_buffers_give_the_same_bits() {
+        // `CVA_ROOT`: the directory holding `scenarios/` (a test binary copied to a
+        // machine without the build tree), as in the integration tests.
+        let root = std::env::var_os("CVA_ROOT").map_or_else(
+            || std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")),
+            std::path::PathBuf::from,
+        );
+        let load = |m0: usize| {
+            Scenario::load(
+                &root.join("scenarios/basket29.yaml"),
+                &[format!("simulation.outer_paths={m0}")],
+            )
+            .expect("basket29 loads")
+        };
+        let (s1, s2) = (load(1500), load(1000));
+        let engine = GpuEngine::<f64>::new(&s1).expect("GPU start-up");
+        assert!(engine.preallocated.lock().unwrap().is_some());
+        let run = |e: &GpuEngine<f64>, s: &Scenario| {
+            let (sim, est) = e.simulate(s, &NoProgress).expect("GPU run");
+            fingerprint(&sim, &est)
+        };
+        let first = run(&engine, &s1);
+        assert!(engine.preallocated.lock().unwrap().is_some(), "buffers kept");
+        assert_eq!(run(&engine, &s1), first, "second run on kept buffers");
+        let other = run(&engine, &s2);
+        assert_ne!(other, first);
+        let fresh = GpuEngine::<f64>::new(&s2).expect("GPU start-up");
+        assert_eq!(run(&fresh, &s2), other, "reallocated against a fresh engine");
     }
 }

@@ -402,12 +402,6 @@ ENGINE_EXERCISE(engine_exercise_f32, float)
 #ifndef ENGINE_STREAM_BUFS
 #define ENGINE_STREAM_BUFS 4
 #endif
-// Tiles prefetched into L2 ahead of the copies into shared memory (0: none): the copies,
-// ENGINE_STREAM_BUFS - 1 tiles ahead, then wait on L2 rather than on the DRAM, with no
-// more shared memory per warp (the streaming kernel shares its SMs with the path kernel).
-#ifndef ENGINE_PREFETCH
-#define ENGINE_PREFETCH 3
-#endif
 
 // The exercise decision of engine_exercises for one inner path, from the high words h[i]
 // of its states (the doubles with the low 32 bits of the significand cleared: for a
@@ -515,47 +509,7 @@ __device__ __forceinline__ void engine_exercise_stream_impl(
         na = alive[il + 1];
         nc = counts[il + 1];
     }
-#if ENGINE_PREFETCH > 0
-    // The prefetch cursor: tile ft of outer path fl, ENGINE_PREFETCH tiles ahead of the
-    // issue cursor, on the same walk (fa: fl takes part; fna, fnc: alive and counts of
-    // fl + 1).
-    long long fl = l0;
-    int ft = 0;
-    bool fa = fl < l1 && alive[fl] && counts[fl] > 0;
-    unsigned fna = 0, fnc = 0;
-    if (fl + 1 < l1) {
-        fna = alive[fl + 1];
-        fnc = counts[fl + 1];
-    }
-    auto prefetch = [&]() {
-        if (fl < l1) {
-            const int mm0 = 32 * ft;
-            const int rows = min(32, m - mm0);
-            const long long t = fl * m + mm0;
-            if (fa) {
-                prefetch_l2_lines((const unsigned*)(states + fl * stride) + (long long)mm0 * d,
-                                  4ll * rows * d, lane);
-                prefetch_l2_lines(payoff + t, 8ll * rows, lane);
-            }
-            prefetch_l2_lines(cash + t, 8ll * rows, lane);
-            prefetch_l2_lines(cash_date + t, 4ll * rows, lane);
-            if (++ft == tpp) {
-                ft = 0;
-                ++fl;
-                fa = (fna != 0) & (fnc > 0);
-                if (fl + 1 < l1) {
-                    fna = alive[fl + 1];
-                    fnc = counts[fl + 1];
-                }
-            }
-        }
-    };
-    for (int k = 0; k < ENGINE_PREFETCH; ++k) prefetch();
-#endif
     auto issue = [&]() {
-#if ENGINE_PREFETCH > 0
-        prefetch();
-#endif
         if (il < l1) {
             const int mm0 = 32 * it;
             const int rows = min(32, m - mm0);

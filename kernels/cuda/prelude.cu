@@ -62,19 +62,6 @@ __device__ __forceinline__ void async_copy_wait() {
 #endif
 }
 
-// Prefetch hint for the warp: lane i asks L2 for the i-th 128-byte line of [p, p + bytes)
-// (at most 32 lines, 4 KB), for a copy that follows later. No register or shared memory
-// holds the data, so it raises the bytes in flight of a kernel whose copies into shared
-// memory are few. Every lane calls it. (One bulk prefetch by one lane,
-// `cp.async.bulk.prefetch.L2`, made the streaming exercise 44% slower: the address must be
-// warp-uniform, and the compiler loops over the lanes to make it so; benches/RESULTS.md,
-// thirty-fourth session.)
-__device__ __forceinline__ void prefetch_l2_lines(const void* p, long long bytes, int lane) {
-    const unsigned long long a = (unsigned long long)p, e = a + (unsigned long long)bytes;
-    const unsigned long long q = (a & ~127ull) + 128ull * (unsigned)lane;
-    if (bytes > 0 && q < e) asm volatile("prefetch.global.L2 [%0];" ::"l"(q > a ? q : a));
-}
-
 // ---- Inner states in two planes of words (paths.cu writes them so) ----
 //
 // The inner states of one (outer path, date) block, m x d doubles, are stored as the m d

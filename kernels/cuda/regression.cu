@@ -145,11 +145,6 @@ __device__ __forceinline__ void load_quad(const real* row, int q, real v[4]) {
 // aligned): per warp rawh[STAGES][32 D] words | rawl[STAGES][32 D] words (the staged
 // states' two planes) | yraw[STAGES][32] double.
 #define TC_CHUNK 32
-// Chunks prefetched into L2 ahead of the staged copies (0: none; see prelude.cu's
-// prefetch_l2): the copies then wait on L2 rather than on the DRAM.
-#ifndef BUILD_L2_PREFETCH
-#define BUILD_L2_PREFETCH 1
-#endif
 #define NB ((N + 1 + 7) / 8)
 #define NBLK (NB * (NB + 1) / 2)
 
@@ -205,18 +200,7 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
     // starts 32 D words after the previous one).
     const bool vech = (((unsigned long long)slh) & 15) == 0;
     const bool vecl = (((unsigned long long)sll) & 15) == 0;
-    // Chunk c into L2 (nothing past the last chunk; every lane).
-    auto prefetch = [&](int c) {
-        if (BUILD_L2_PREFETCH > 0 && c < chunks) {
-            const int p0 = c * TC_CHUNK, np = min(TC_CHUNK, m - p0);
-            prefetch_l2_lines(slh + (long long)p0 * D, 4ll * np * D, lane);
-            prefetch_l2_lines(sll + (long long)p0 * D, 4ll * np * D, lane);
-            prefetch_l2_lines(yl + p0, 8ll * np, lane);
-        }
-    };
-    for (int c = STAGES - 1; c < STAGES - 1 + BUILD_L2_PREFETCH; ++c) prefetch(c);
     auto stage = [&](int c) {
-        prefetch(c + BUILD_L2_PREFETCH);
         if (c < chunks) {
             const int p0 = c * TC_CHUNK, np = min(TC_CHUNK, m - p0), sb = c % STAGES;
             const int ne = np * D;
