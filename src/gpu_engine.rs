@@ -385,8 +385,14 @@ impl ChunkShape {
         stream: &Arc<CudaStream>,
         c: usize,
     ) -> Result<ChunkBuffers<T>, GpuError> {
-        let (n_dates, m, d, nmax, cap, steps) =
-            (self.n_dates, self.m, self.d, self.nmax, self.cap, self.steps);
+        let (n_dates, m, d, nmax, cap, steps) = (
+            self.n_dates,
+            self.m,
+            self.d,
+            self.nmax,
+            self.cap,
+            self.steps,
+        );
         // SAFETY (both): plain f64 storage; every element a kernel reads was written by
         // `GpuPaths::inner_paths` for the same exposure date first.
         let inner = [unsafe { stream.alloc(c * steps * m * d) }?, unsafe {
@@ -555,13 +561,22 @@ impl<T: GpuReal> GpuEngine<T> {
         // greatest priority: its kernels' blocks go first) runs the regression steps of
         // this one (`CVA_GPU_PATHS_STREAM=0`: on the engine stream, in turn).
         let two_streams = std::env::var_os("CVA_GPU_PATHS_STREAM").is_none_or(|v| v != "0");
-        if two_streams {
+        // Development switch `CVA_GPU_STREAM_PRIORITY=engine|paths|none`: which stream
+        // gets the device's greatest priority (default: the engine stream).
+        let priority = std::env::var("CVA_GPU_STREAM_PRIORITY").unwrap_or_default();
+        if two_streams && priority != "paths" && priority != "none" {
             solver.use_priority_stream()?;
         }
         lap("driver, device probe, context");
         let stream = solver.stream().clone();
         let paths_stream = if two_streams {
-            solver.context().new_stream()?
+            if priority == "paths" {
+                let (_least, greatest) =
+                    cva_kernels::cuda::engine::driver::result::stream::get_priority_range()?;
+                solver.context().new_stream_with_priority(greatest)?
+            } else {
+                solver.context().new_stream()?
+            }
         } else {
             stream.clone()
         };
@@ -659,11 +674,7 @@ impl<T: GpuReal> GpuEngine<T> {
                 let (free, _) = stream.context().mem_get_info()?;
                 let chunk = shape.chunk_size(free, m0, es);
                 let buffers = match shape.buffers::<T>(&stream, chunk) {
-                    Ok(buffers) => Some(Preallocated {
-                        m0,
-                        chunk,
-                        buffers,
-                    }),
+                    Ok(buffers) => Some(Preallocated { m0, chunk, buffers }),
                     Err(e) if is_out_of_memory(&e) => None,
                     Err(e) => return Err(e),
                 };
@@ -944,11 +955,8 @@ impl<T: GpuReal> GpuEngine<T> {
         *self
             .preallocated
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = bufs.map(|buffers| Preallocated {
-            m0,
-            chunk,
-            buffers,
-        });
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            bufs.map(|buffers| Preallocated { m0, chunk, buffers });
         let t = Instant::now();
         clock.start(stream)?;
         let estimate = estimate_on_device(&self.kernels, scenario, &netted.as_view(), m0)?;
@@ -1538,11 +1546,18 @@ mod kept_buffers_tests {
             fingerprint(&sim, &est)
         };
         let first = run(&engine, &s1);
-        assert!(engine.preallocated.lock().unwrap().is_some(), "buffers kept");
+        assert!(
+            engine.preallocated.lock().unwrap().is_some(),
+            "buffers kept"
+        );
         assert_eq!(run(&engine, &s1), first, "second run on kept buffers");
         let other = run(&engine, &s2);
         assert_ne!(other, first);
         let fresh = GpuEngine::<f64>::new(&s2).expect("GPU start-up");
-        assert_eq!(run(&fresh, &s2), other, "reallocated against a fresh engine");
+        assert_eq!(
+            run(&fresh, &s2),
+            other,
+            "reallocated against a fresh engine"
+        );
     }
 }
