@@ -561,22 +561,13 @@ impl<T: GpuReal> GpuEngine<T> {
         // greatest priority: its kernels' blocks go first) runs the regression steps of
         // this one (`CVA_GPU_PATHS_STREAM=0`: on the engine stream, in turn).
         let two_streams = std::env::var_os("CVA_GPU_PATHS_STREAM").is_none_or(|v| v != "0");
-        // Development switch `CVA_GPU_STREAM_PRIORITY=engine|paths|none`: which stream
-        // gets the device's greatest priority (default: the engine stream).
-        let priority = std::env::var("CVA_GPU_STREAM_PRIORITY").unwrap_or_default();
-        if two_streams && priority != "paths" && priority != "none" {
+        if two_streams {
             solver.use_priority_stream()?;
         }
         lap("driver, device probe, context");
         let stream = solver.stream().clone();
         let paths_stream = if two_streams {
-            if priority == "paths" {
-                let (_least, greatest) =
-                    cva_kernels::cuda::engine::driver::result::stream::get_priority_range()?;
-                solver.context().new_stream_with_priority(greatest)?
-            } else {
-                solver.context().new_stream()?
-            }
+            solver.context().new_stream()?
         } else {
             stream.clone()
         };

@@ -139,7 +139,8 @@ fn gpu_matches_cpu(file: &str, outer: usize) {
 /// The streaming exercise kernel (the default) and the warp-per-outer-path kernel
 /// (`CVA_GPU_EXERCISE_STREAM=0`) do the same operations per inner path: the same CVA,
 /// outer exercises, EPE profile and solver statistics, bit for bit, in f64 and f32, with
-/// two geometries of the streaming kernel, and a fourth run repeating the first. The
+/// three geometries of the streaming kernel (the default 2,8,2 among them), and a fifth
+/// run repeating the first. The
 /// residual quantile columns are compared bit for bit too: they differed from run to run
 /// until the ninth session (the host read the residuals' page-locked copy before the
 /// asynchronous copy had finished; `GpuEngine::chunk` now waits for it), so the repeat
@@ -155,7 +156,7 @@ fn streaming_exercise_equals_warp_per_path_kernel_bitwise() {
         let sc = scenario(file);
         let prec = format!("simulation.precision={precision}");
         let mut out = Vec::new();
-        for exercise in ["0", "2,4,2", "1,2,3", "0"] {
+        for exercise in ["0", "2,8,2", "2,4,2", "1,2,3", "0"] {
             let dir = tempfile::tempdir().unwrap();
             let args = [
                 "--set",
@@ -203,9 +204,14 @@ fn streaming_exercise_equals_warp_per_path_kernel_bitwise() {
                 residuals,
             ));
         }
-        for (i, name) in ["streaming 2,4,2", "streaming 1,2,3", "old kernel again"]
-            .iter()
-            .enumerate()
+        for (i, name) in [
+            "streaming 2,8,2",
+            "streaming 2,4,2",
+            "streaming 1,2,3",
+            "old kernel again",
+        ]
+        .iter()
+        .enumerate()
         {
             assert_eq!(out[0].0, out[i + 1].0, "{file} {precision}: {name} differs");
             for ((col, a), (_, b)) in out[0].1.iter().zip(&out[i + 1].1) {
@@ -230,7 +236,7 @@ fn streaming_exercise_equals_warp_per_path_kernel_bitwise() {
             }
         }
         println!(
-            "{file} {precision}: CVA {} and solver statistics (residual quantiles included) the same bits in all four runs",
+            "{file} {precision}: CVA {} and solver statistics (residual quantiles included) the same bits in all five runs",
             f64::from_bits(out[0].0 .0)
         );
     }

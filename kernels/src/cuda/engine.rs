@@ -220,15 +220,17 @@ struct ExerciseStream {
     bufs: usize,
 }
 
-/// The default: 2 blocks of 4 warps per SM, 2 buffers per warp (8 warps and 125 KB of
-/// shared memory per SM at basket29). Measured on the H100 (benches/RESULTS.md, "GPU
-/// engine, round 8"): beside the path kernel the 100k basket29 run takes 0.710 s against
-/// 0.739 s with the warp-per-outer-path kernel (1M: 6.12 against 6.35 s); alone the two
-/// kernels take about the same time (0.133 against 0.129 s); 2 or 4 warps per SM are
-/// latency-bound (0.18-0.36 s).
+/// The default: 2 blocks of 8 warps per SM, 2 buffers per warp (16 warps and about 140 KB
+/// of shared memory per SM at basket29). Measured on an H200 (benches/RESULTS.md,
+/// thirty-fourth session, calls 5-6: basket29 f64, with the chunk buffers' allocation and
+/// release out of the run): 100k 0.357-0.362 s against 0.363-0.368 with 2 blocks of 4
+/// warps (the eighth session's choice), 1M 3.758 against 3.817 s; the exercise alone
+/// 0.057 against 0.074 s. 4 blocks of 4 warps ran the same; 12 (2,6,2) about the same at
+/// 100k; 20 and 24 warps no better; 3 buffers, or one warp per outer path (`0`, 0.42 s),
+/// slower.
 const EXERCISE_STREAM_DEFAULT: ExerciseStream = ExerciseStream {
     blocks_per_sm: 2,
-    warps: 4,
+    warps: 8,
     bufs: 2,
 };
 
