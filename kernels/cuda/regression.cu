@@ -159,7 +159,8 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
                      int itm_only) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if ((long long)blockIdx.x * W + warp >= batch) return;  // whole warps: no barrier below spans warps
+    const long long l = (long long)blockIdx.x * W + warp;
+    if (l >= batch) return;  // whole warps: no barrier below spans warps
     unsigned* const rawh = (unsigned*)((double*)smem + (long long)warp * (STAGES * TC_CHUNK * (D + 1)));
     unsigned* const rawl = rawh + STAGES * TC_CHUNK * D;
     double* const yraw = (double*)(rawl + STAGES * TC_CHUNK * D);
@@ -186,103 +187,95 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
         }
     }
 
-    // Regressions l = blockIdx.x W + warp, then gridDim.x W further on: one per warp
-    // when the grid covers the batch (the default), several when the host caps the grid
-    // (the same operations per regression, so the same bits).
-#pragma unroll 1
-    for (long long l = (long long)blockIdx.x * W + warp; l < batch; l += (long long)gridDim.x * W) {
-        __syncwarp();  // every lane is done with the stage buffers of the previous regression
-        double acc[NBLK][2];
+    double acc[NBLK][2];
 #pragma unroll
-        for (int k = 0; k < NBLK; ++k) acc[k][0] = acc[k][1] = 0.0;
-        unsigned total = 0;
+    for (int k = 0; k < NBLK; ++k) acc[k][0] = acc[k][1] = 0.0;
+    unsigned total = 0;
 
-        const unsigned* const slh = (const unsigned*)(states + l * path_stride);
-        const unsigned* const sll = slh + (long long)m * D;
-        const double* const yl = y + l * (long long)m;
-        double* const pl = payoff + l * (long long)m;
-        // 16-byte copies of a plane when its chunks start on 16-byte boundaries (every chunk
-        // starts 32 D words after the previous one).
-        const bool vech = (((unsigned long long)slh) & 15) == 0;
-        const bool vecl = (((unsigned long long)sll) & 15) == 0;
-        auto stage = [&](int c) {
-            if (c < chunks) {
-                const int p0 = c * TC_CHUNK, np = min(TC_CHUNK, m - p0), sb = c % STAGES;
-                const int ne = np * D;
-                warp_copy_words_async<TC_CHUNK * D>(rawh + sb * (TC_CHUNK * D), slh + (long long)p0 * D,
-                                                    ne, np == TC_CHUNK, vech, lane);
-                warp_copy_words_async<TC_CHUNK * D>(rawl + sb * (TC_CHUNK * D), sll + (long long)p0 * D,
-                                                    ne, np == TC_CHUNK, vecl, lane);
-                if (lane < np) async_copy8(yraw + sb * TC_CHUNK + lane, yl + p0 + lane);
-            }
-            async_copy_commit();
-        };
-        for (int c = 0; c < STAGES - 1; ++c) stage(c);
-#pragma unroll 1
-        for (int c = 0; c < chunks; ++c) {
-            __syncwarp();  // every lane is done with the buffer chunk c + STAGES - 1 reuses
-            stage(c + STAGES - 1);
-            async_copy_wait<STAGES - 1>();  // chunk c's group is complete
-            __syncwarp();                   // and visible to the whole warp
-            const unsigned* rbh = rawh + (c % STAGES) * (TC_CHUNK * D);
-            const unsigned* rbl = rawl + (c % STAGES) * (TC_CHUNK * D);
-            const double* yb = yraw + (c % STAGES) * TC_CHUNK;
-            const int np = min(TC_CHUNK, m - c * TC_CHUNK);
-            bool f = false;
-            if (lane < np) {
-                const double pv = payoff_value(rbh + lane * D, rbl + lane * D, strike);
-                pl[c * TC_CHUNK + lane] = pv;
-                f = !itm_only || pv > 0.0;
-            }
-            const unsigned mask = __ballot_sync(0xffffffffu, f);
-            total += __popc(mask);
-#pragma unroll
-            for (int k0 = 0; k0 < TC_CHUNK; k0 += 4) {
-                if (((mask >> k0) & 0xfu) == 0) continue;  // warp-uniform
-                const int p = k0 + (lane & 3);
-                const bool enters = (mask >> p) & 1u;
-                const unsigned* sph = rbh + p * D;
-                const unsigned* spl = rbl + p * D;
-                const double yv = yb[p];
-                double fr[NB];
-#pragma unroll
-                for (int I = 0; I < NB; ++I) {
-                    // x = 1, then x = x * (S[asset] * inv_spot) along the chain.
-                    double x = 1.0 * (state_join(sph, spl, cha[I][0]) * chi[I][0]);
-#pragma unroll
-                    for (int e = 1; e < DEG; ++e)
-                        if (cha[I][e] >= 0) x = x * (state_join(sph, spl, cha[I][e]) * chi[I][e]);
-                    const double v = is_chain[I] ? x : (is_y[I] ? yv : cst[I]);
-                    fr[I] = enters ? v : 0.0;
-                }
-#pragma unroll
-                for (int I = 0; I < NB; ++I)
-#pragma unroll
-                    for (int J = 0; J <= I; ++J) {
-                        const int k = I * (I + 1) / 2 + J;
-                        mma_m8n8k4_f64(acc[k][0], acc[k][1], fr[I], fr[J]);
-                    }
-            }
+    const unsigned* const slh = (const unsigned*)(states + l * path_stride);
+    const unsigned* const sll = slh + (long long)m * D;
+    const double* const yl = y + l * (long long)m;
+    double* const pl = payoff + l * (long long)m;
+    // 16-byte copies of a plane when its chunks start on 16-byte boundaries (every chunk
+    // starts 32 D words after the previous one).
+    const bool vech = (((unsigned long long)slh) & 15) == 0;
+    const bool vecl = (((unsigned long long)sll) & 15) == 0;
+    auto stage = [&](int c) {
+        if (c < chunks) {
+            const int p0 = c * TC_CHUNK, np = min(TC_CHUNK, m - p0), sb = c % STAGES;
+            const int ne = np * D;
+            warp_copy_words_async<TC_CHUNK * D>(rawh + sb * (TC_CHUNK * D), slh + (long long)p0 * D,
+                                                ne, np == TC_CHUNK, vech, lane);
+            warp_copy_words_async<TC_CHUNK * D>(rawl + sb * (TC_CHUNK * D), sll + (long long)p0 * D,
+                                                ne, np == TC_CHUNK, vecl, lane);
+            if (lane < np) async_copy8(yraw + sb * TC_CHUNK + lane, yl + p0 + lane);
         }
-        const double inv = total > 0 ? 1.0 / (double)total : 0.0;
+        async_copy_commit();
+    };
+    for (int c = 0; c < STAGES - 1; ++c) stage(c);
+#pragma unroll 1
+    for (int c = 0; c < chunks; ++c) {
+        __syncwarp();  // every lane is done with the buffer chunk c + STAGES - 1 reuses
+        stage(c + STAGES - 1);
+        async_copy_wait<STAGES - 1>();  // chunk c's group is complete
+        __syncwarp();                   // and visible to the whole warp
+        const unsigned* rbh = rawh + (c % STAGES) * (TC_CHUNK * D);
+        const unsigned* rbl = rawl + (c % STAGES) * (TC_CHUNK * D);
+        const double* yb = yraw + (c % STAGES) * TC_CHUNK;
+        const int np = min(TC_CHUNK, m - c * TC_CHUNK);
+        bool f = false;
+        if (lane < np) {
+            const double pv = payoff_value(rbh + lane * D, rbl + lane * D, strike);
+            pl[c * TC_CHUNK + lane] = pv;
+            f = !itm_only || pv > 0.0;
+        }
+        const unsigned mask = __ballot_sync(0xffffffffu, f);
+        total += __popc(mask);
 #pragma unroll
-        for (int I = 0; I < NB; ++I)
+        for (int k0 = 0; k0 < TC_CHUNK; k0 += 4) {
+            if (((mask >> k0) & 0xfu) == 0) continue;  // warp-uniform
+            const int p = k0 + (lane & 3);
+            const bool enters = (mask >> p) & 1u;
+            const unsigned* sph = rbh + p * D;
+            const unsigned* spl = rbl + p * D;
+            const double yv = yb[p];
+            double fr[NB];
 #pragma unroll
-            for (int J = 0; J <= I; ++J)
+            for (int I = 0; I < NB; ++I) {
+                // x = 1, then x = x * (S[asset] * inv_spot) along the chain.
+                double x = 1.0 * (state_join(sph, spl, cha[I][0]) * chi[I][0]);
 #pragma unroll
-                for (int i = 0; i < 2; ++i) {
-                    const int r = 8 * I + (lane >> 2), cc = 8 * J + 2 * (lane & 3) + i;
-                    if (cc < N && r >= cc && r <= N) {
-                        const double v = total > 0 ? acc[I * (I + 1) / 2 + J][i] * inv : 0.0;
-                        if (r < N)
-                            A[l * (N * N) + cc * N + r] = v;
-                        else
-                            B[l * N + cc] = v;
-                    }
+                for (int e = 1; e < DEG; ++e)
+                    if (cha[I][e] >= 0) x = x * (state_join(sph, spl, cha[I][e]) * chi[I][e]);
+                const double v = is_chain[I] ? x : (is_y[I] ? yv : cst[I]);
+                fr[I] = enters ? v : 0.0;
+            }
+#pragma unroll
+            for (int I = 0; I < NB; ++I)
+#pragma unroll
+                for (int J = 0; J <= I; ++J) {
+                    const int k = I * (I + 1) / 2 + J;
+                    mma_m8n8k4_f64(acc[k][0], acc[k][1], fr[I], fr[J]);
                 }
-        if (lane == 0) counts[l] = total;
+        }
     }
-    async_copy_wait<0>();  // no copy outlives the kernel
+    const double inv = total > 0 ? 1.0 / (double)total : 0.0;
+#pragma unroll
+    for (int I = 0; I < NB; ++I)
+#pragma unroll
+        for (int J = 0; J <= I; ++J)
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const int r = 8 * I + (lane >> 2), cc = 8 * J + 2 * (lane & 3) + i;
+                if (cc < N && r >= cc && r <= N) {
+                    const double v = total > 0 ? acc[I * (I + 1) / 2 + J][i] * inv : 0.0;
+                    if (r < N)
+                        A[l * (N * N) + cc * N + r] = v;
+                    else
+                        B[l * N + cc] = v;
+                }
+            }
+    if (lane == 0) counts[l] = total;
 }
 #else
 // states: element (l, mm, i) of the block of m x D doubles at states + l * path_stride (the

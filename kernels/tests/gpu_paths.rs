@@ -919,34 +919,3 @@ fn regression_build_matches_cpu_f64() {
 fn regression_build_matches_cpu_f32() {
     regression_matches_cpu::<f32>(1e-4);
 }
-
-/// The tensor-core build with its grid capped at one block per SM (each warp then takes
-/// several regressions in turn, `RegressionConfig::blocks_per_sm`) gives the uncapped
-/// build's bits (A and b), on a batch of 20 blocks per SM.
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn capped_tensor_core_build_is_bitwise_the_uncapped() {
-    let Some(stream) = stream() else { return };
-    let sms = stream
-        .context()
-        .attribute(
-            cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-        )
-        .unwrap() as usize;
-    let (name, spec, _) = regression_cases().into_iter().next().unwrap();
-    let batch = 20 * sms * 2;
-    let uncapped = RegressionConfig::tensor_cores(2, Some(2));
-    let capped = RegressionConfig {
-        blocks_per_sm: Some(1),
-        ..uncapped
-    };
-    let a = regression_case::<f64>(&stream, &spec, batch, 7, uncapped);
-    let b = regression_case::<f64>(&stream, &spec, batch, 7, capped);
-    assert!(a.tensor_cores && b.tensor_cores);
-    assert_eq!(a.bits.len(), b.bits.len());
-    assert!(
-        a.bits == b.bits,
-        "{name}: the capped build's outputs differ"
-    );
-    println!("{name}: {} outputs of {batch} regressions, the same bits with the grid capped at {sms} blocks", a.bits.len());
-}

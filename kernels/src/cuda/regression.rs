@@ -188,11 +188,6 @@ pub struct RegressionConfig {
     /// `prefetch` are not used (chunks of 32 paths), `regressions_per_block` is warps
     /// per block and `stages` counts chunks of 32 paths.
     pub tensor_cores: bool,
-    /// Tensor-core kernel only: at most this many blocks per SM in a launch, each warp
-    /// then taking several regressions in turn (the same operations per regression, so
-    /// the same bits); `None`: one regression per warp, as many blocks as the batch needs.
-    /// Leaves the rest of each SM to kernels running beside the build.
-    pub blocks_per_sm: Option<usize>,
 }
 
 impl Default for RegressionConfig {
@@ -206,7 +201,6 @@ impl Default for RegressionConfig {
             fma: false,
             prefetch: false,
             tensor_cores: true,
-            blocks_per_sm: None,
         }
     }
 }
@@ -238,8 +232,7 @@ impl RegressionConfig {
 
     /// The default configuration with the tuning overrides of the environment applied:
     /// `CVA_GPU_BUILD_PATHS_PER_CHUNK`, `CVA_GPU_BUILD_STAGES`,
-    /// `CVA_GPU_BUILD_REGRESSIONS_PER_BLOCK`, `CVA_GPU_BUILD_BLOCKS_PER_SM` (integers; 0:
-    /// none), `CVA_GPU_BUILD_PREFETCH` and
+    /// `CVA_GPU_BUILD_REGRESSIONS_PER_BLOCK` (integers), `CVA_GPU_BUILD_PREFETCH` and
     /// `CVA_GPU_BUILD_TENSOR_CORES` (`0` or `1`; `0` gives the bitwise tile kernel), for
     /// timing and checking runs of `cva run`.
     ///
@@ -266,10 +259,8 @@ impl RegressionConfig {
         };
         let d = Self::default();
         let g = env("CVA_GPU_BUILD_REGRESSIONS_PER_BLOCK", 0)?;
-        let k = env("CVA_GPU_BUILD_BLOCKS_PER_SM", 0)?;
         Ok(Self {
             regressions_per_block: (g > 0).then_some(g),
-            blocks_per_sm: (k > 0).then_some(k),
             paths_per_chunk: env("CVA_GPU_BUILD_PATHS_PER_CHUNK", d.paths_per_chunk)?,
             stages: env("CVA_GPU_BUILD_STAGES", d.stages)?,
             prefetch: flag("CVA_GPU_BUILD_PREFETCH", d.prefetch)?,
@@ -402,8 +393,6 @@ pub struct GpuRegression<T: GpuReal> {
     under_asset: CudaSlice<i32>,
     under_weight: CudaSlice<f64>,
     under_len: i32,
-    /// The most blocks of one launch (`RegressionConfig::blocks_per_sm` times the SMs).
-    max_grid: Option<usize>,
     _real: PhantomData<T>,
 }
 
@@ -620,15 +609,6 @@ impl<T: GpuReal> GpuRegression<T> {
             under_asset: stream.clone_htod(&ua)?,
             under_weight: stream.clone_htod(&uw)?,
             under_len: nu as i32,
-            max_grid: match config.blocks_per_sm {
-                Some(k) if tensor_cores => {
-                    let sms = ctx
-                        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?
-                        .max(1) as usize;
-                    Some((k * sms).max(1))
-                }
-                _ => None,
-            },
             _real: PhantomData,
         })
     }
@@ -688,7 +668,7 @@ impl<T: GpuReal> GpuRegression<T> {
             )));
         }
         let g = self.launch.regressions_per_block;
-        let grid = batch.div_ceil(g).min(self.max_grid.unwrap_or(usize::MAX));
+        let grid = batch.div_ceil(g);
         if grid > i32::MAX as usize || m > i32::MAX as usize {
             return Err(GpuError::Invalid(format!(
                 "batch {batch} too large for one launch"
