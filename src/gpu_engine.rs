@@ -78,6 +78,9 @@ use std::time::Instant;
 /// 0.585 at 0.3 (6 chunks), 0.578 at 0.2, 0.609 at 0.1 (16 chunks); 1M 5.57 s at 0.6,
 /// 5.53 at 0.3. 0.85 was slower still (ninth session). Re-measured in the twenty-fifth
 /// session (100k: 0.2 within 1% of 0.3, 0.45 and up 4-29% slower; 1M: 0.45-0.6 1% faster).
+/// With the buffers allocated at start-up and kept (thirty-fourth session, H200): 0.6 runs
+/// 1.5% (100k) and 1.1% (1M) faster than 0.3, but its buffers take twice as long to
+/// release when the engine is dropped (about 0.04 s at 0.3, 100k), more than the run gains.
 const MEMORY_SHARE: f64 = 0.3;
 
 /// [`MEMORY_SHARE`], or the development override `CVA_GPU_MEMORY_SHARE` (a number in
