@@ -127,7 +127,7 @@ pub struct GpuEngine<T: GpuReal> {
     /// [`GpuEngine::simulate`] for as many outer paths and put back at its end for the
     /// next run (`None` while a run holds them, or where they did not fit at start-up);
     /// released with the engine.
-    preallocated: std::sync::Mutex<Option<Preallocated<T>>>,
+    kept: std::sync::Mutex<Option<KeptBuffers<T>>>,
     startup: std::time::Duration,
 }
 
@@ -430,7 +430,7 @@ impl ChunkShape {
 
 /// Chunk buffers kept by the engine between runs of `m0` outer paths, in chunks of
 /// `chunk` outer paths.
-struct Preallocated<T: GpuReal> {
+struct KeptBuffers<T: GpuReal> {
     m0: usize,
     chunk: usize,
     buffers: ChunkBuffers<T>,
@@ -668,7 +668,7 @@ impl<T: GpuReal> GpuEngine<T> {
                 let (free, _) = stream.context().mem_get_info()?;
                 let chunk = shape.chunk_size(free, m0, es);
                 let buffers = match shape.buffers::<T>(&stream, chunk) {
-                    Ok(buffers) => Some(Preallocated { m0, chunk, buffers }),
+                    Ok(buffers) => Some(KeptBuffers { m0, chunk, buffers }),
                     Err(e) if is_out_of_memory(&e) => None,
                     Err(e) => return Err(e),
                 };
@@ -775,7 +775,7 @@ impl<T: GpuReal> GpuEngine<T> {
             discount,
             discount_dev,
             shape,
-            preallocated: std::sync::Mutex::new(preallocated),
+            kept: std::sync::Mutex::new(preallocated),
             startup: t0.elapsed(),
         })
     }
@@ -816,16 +816,20 @@ impl<T: GpuReal> GpuEngine<T> {
         let t_setup = Instant::now();
         let mut netted = stream.alloc_zeros::<f64>((n_dates + 1) * m0.max(1))?;
         // The engine's buffers where they were sized for as many outer paths (else
-        // released before the free memory is read).
-        let preallocated = self
-            .preallocated
+        // released before the free memory is read: the stream-ordered pool gives freed
+        // memory back at a synchronisation).
+        let kept = self
+            .kept
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()
-            .filter(|p| p.m0 == m0);
-        let (mut chunk, mut bufs) = match preallocated {
-            Some(p) => (p.chunk, Some(p.buffers)),
-            None => {
+            .take();
+        let (mut chunk, mut bufs) = match kept {
+            Some(k) if k.m0 == m0 => (k.chunk, Some(k.buffers)),
+            other => {
+                if other.is_some() {
+                    drop(other);
+                    stream.synchronize()?;
+                }
                 let (free, _) = self.solver.context().mem_get_info()?;
                 (
                     self.shape.chunk_size(free, m0, std::mem::size_of::<T>()),
@@ -840,7 +844,6 @@ impl<T: GpuReal> GpuEngine<T> {
         let mut steps: Vec<RegressionStepStats> = Vec::new();
         let mut index: HashMap<(usize, usize), usize> = HashMap::new();
         let mut c0 = 0;
-        let mut t_loop = Instant::now();
         while c0 < m0 {
             let c = chunk.min(m0 - c0);
             if bufs.as_ref().is_none_or(|b| b.c < c) {
@@ -869,7 +872,6 @@ impl<T: GpuReal> GpuEngine<T> {
             let mut levels = start_level.clone();
             clock.start(stream)?;
             let t_chunk = Instant::now();
-            clock.host("host: chunk loop, outside the chunk calls", t_loop);
             let done = self.chunk(
                 scenario,
                 b,
@@ -882,7 +884,6 @@ impl<T: GpuReal> GpuEngine<T> {
             );
             // Host time of the chunk, against the sum of its intervals (profile only).
             clock.host("host: chunk, all", t_chunk);
-            t_loop = Instant::now();
             match done {
                 Ok(()) => {}
                 Err(e) if is_out_of_memory(&e) && c > 1 => {
@@ -941,16 +942,15 @@ impl<T: GpuReal> GpuEngine<T> {
             progress.chunk_done(c);
             c0 += c;
         }
-        clock.host("host: chunk loop, outside the chunk calls", t_loop);
         // The buffers stay with the engine for its next run (released when it is
         // dropped): releasing tens of GB unmaps them at the next synchronisation, which
         // took 0.04 s of the 100k run on an H200 (benches/RESULTS.md, thirty-fourth
         // session).
         *self
-            .preallocated
+            .kept
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) =
-            bufs.map(|buffers| Preallocated { m0, chunk, buffers });
+            bufs.map(|buffers| KeptBuffers { m0, chunk, buffers });
         let t = Instant::now();
         clock.start(stream)?;
         let estimate = estimate_on_device(&self.kernels, scenario, &netted.as_view(), m0)?;
@@ -1534,16 +1534,13 @@ mod kept_buffers_tests {
         };
         let (s1, s2) = (load(1500), load(1000));
         let engine = GpuEngine::<f64>::new(&s1).expect("GPU start-up");
-        assert!(engine.preallocated.lock().unwrap().is_some());
+        assert!(engine.kept.lock().unwrap().is_some());
         let run = |e: &GpuEngine<f64>, s: &Scenario| {
             let (sim, est) = e.simulate(s, &NoProgress).expect("GPU run");
             fingerprint(&sim, &est)
         };
         let first = run(&engine, &s1);
-        assert!(
-            engine.preallocated.lock().unwrap().is_some(),
-            "buffers kept"
-        );
+        assert!(engine.kept.lock().unwrap().is_some(), "buffers kept");
         assert_eq!(run(&engine, &s1), first, "second run on kept buffers");
         let other = run(&engine, &s2);
         assert_ne!(other, first);
