@@ -428,11 +428,10 @@ impl ChunkShape {
     }
 }
 
-/// Chunk buffers kept by the engine between runs of `m0` outer paths, in chunks of
-/// `chunk` outer paths.
+/// Chunk buffers kept by the engine between runs of `m0` outer paths (in chunks of
+/// `buffers.c` outer paths).
 struct KeptBuffers<T: GpuReal> {
     m0: usize,
-    chunk: usize,
     buffers: ChunkBuffers<T>,
 }
 
@@ -668,7 +667,7 @@ impl<T: GpuReal> GpuEngine<T> {
                 let (free, _) = stream.context().mem_get_info()?;
                 let chunk = shape.chunk_size(free, m0, es);
                 let buffers = match shape.buffers::<T>(&stream, chunk) {
-                    Ok(buffers) => Some(KeptBuffers { m0, chunk, buffers }),
+                    Ok(buffers) => Some(KeptBuffers { m0, buffers }),
                     Err(e) if is_out_of_memory(&e) => None,
                     Err(e) => return Err(e),
                 };
@@ -824,7 +823,7 @@ impl<T: GpuReal> GpuEngine<T> {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
         let (mut chunk, mut bufs) = match kept {
-            Some(k) if k.m0 == m0 => (k.chunk, Some(k.buffers)),
+            Some(k) if k.m0 == m0 => (k.buffers.c, Some(k.buffers)),
             other => {
                 if other.is_some() {
                     drop(other);
@@ -950,7 +949,7 @@ impl<T: GpuReal> GpuEngine<T> {
             .kept
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) =
-            bufs.map(|buffers| KeptBuffers { m0, chunk, buffers });
+            bufs.map(|buffers| KeptBuffers { m0, buffers });
         let t = Instant::now();
         clock.start(stream)?;
         let estimate = estimate_on_device(&self.kernels, scenario, &netted.as_view(), m0)?;
