@@ -111,3 +111,16 @@ __device__ __forceinline__ void mma_m8n8k4_f64(double& d0, double& d1, double a,
         : "d"(a), "d"(b));
 }
 #endif
+// D = A B + D for one 16 x 8 x 8 f64 block, mma.sync.m16n8k8.f64 (sm_90): with g = l/4,
+// q = l%4, lane l holds A[g][q], A[g + 8][q], A[g][q + 4], A[g + 8][q + 4] (a0..a3),
+// B[q][g], B[q + 4][g] (b0, b1) and D[g][2q + {0, 1}], D[g + 8][2q + {0, 1}] (d[0..4]).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define HAVE_MMA_M16N8K8_F64 1
+__device__ __forceinline__ void mma_m16n8k8_f64(double (&d)[4], double a0, double a1, double a2,
+                                                double a3, double b0, double b1) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+        : "d"(a0), "d"(a1), "d"(a2), "d"(a3), "d"(b0), "d"(b1));
+}
+#endif

@@ -147,6 +147,20 @@ __device__ __forceinline__ void load_quad(const real* row, int q, real v[4]) {
 #define TC_CHUNK 32
 #define NB ((N + 1 + 7) / 8)
 #define NBLK (NB * (NB + 1) / 2)
+// TC_K: paths per tensor-core step. 8 where mma.m16n8k8.f64 exists (sm_90): one DMMA
+// per 16 x 8 block of rows 16 R.. and columns 8 J.. of the augmented matrix, for the
+// blocks that touch its lower triangle (J <= 2 R + 1): 6 DMMAs per 8 paths at NB = 4
+// instead of 2 x 10 m8n8k4. Else 4 (m8n8k4). The host may force 4 with TC_K 4.
+#ifndef TC_K
+#ifdef HAVE_MMA_M16N8K8_F64
+#define TC_K 8
+#else
+#define TC_K 4
+#endif
+#endif
+// Row blocks of 16 (TC_K 8) and the 16 x 8 blocks they hold.
+#define NR ((NB + 1) / 2)
+#define NBLK16 (NR * (NR + 1) - (2 * NR > NB ? 1 : 0))
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 regression_build_f64(const double* __restrict__ states, long long path_stride,
@@ -187,9 +201,15 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
         }
     }
 
+#if TC_K == 8
+    double acc[NBLK16][4];
+#pragma unroll
+    for (int k = 0; k < NBLK16; ++k) acc[k][0] = acc[k][1] = acc[k][2] = acc[k][3] = 0.0;
+#else
     double acc[NBLK][2];
 #pragma unroll
     for (int k = 0; k < NBLK; ++k) acc[k][0] = acc[k][1] = 0.0;
+#endif
     unsigned total = 0;
 
     const unsigned* const slh = (const unsigned*)(states + l * path_stride);
@@ -231,6 +251,45 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
         }
         const unsigned mask = __ballot_sync(0xffffffffu, f);
         total += __popc(mask);
+#if TC_K == 8
+        // 8 paths per step: lane l (g = l/4, q = l%4) forms the values of paths k0 + q
+        // and k0 + q + 4 in columns 8 I + g; they are its B fragment of column block J
+        // (v[J][0], v[J][1]) and its A fragment of row block R (v[2R][0], v[2R+1][0],
+        // v[2R][1], v[2R+1][1]). Each entry gets its 8 products in path order.
+#pragma unroll
+        for (int k0 = 0; k0 < TC_CHUNK; k0 += 8) {
+            if (((mask >> k0) & 0xffu) == 0) continue;  // warp-uniform
+            double v[2 * NR][2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int p = k0 + (lane & 3) + 4 * h;
+                const bool enters = (mask >> p) & 1u;
+                const unsigned* sph = rbh + p * D;
+                const unsigned* spl = rbl + p * D;
+                const double yv = yb[p];
+#pragma unroll
+                for (int I = 0; I < 2 * NR; ++I) {
+                    if (I >= NB) {
+                        v[I][h] = 0.0;
+                        continue;
+                    }
+                    double x = 1.0 * (state_join(sph, spl, cha[I][0]) * chi[I][0]);
+#pragma unroll
+                    for (int e = 1; e < DEG; ++e)
+                        if (cha[I][e] >= 0) x = x * (state_join(sph, spl, cha[I][e]) * chi[I][e]);
+                    const double w = is_chain[I] ? x : (is_y[I] ? yv : cst[I]);
+                    v[I][h] = enters ? w : 0.0;
+                }
+            }
+            int k = 0;
+#pragma unroll
+            for (int R = 0; R < NR; ++R)
+#pragma unroll
+                for (int J = 0; J < NB && J <= 2 * R + 1; ++J, ++k)
+                    mma_m16n8k8_f64(acc[k], v[2 * R][0], v[2 * R + 1][0], v[2 * R][1],
+                                    v[2 * R + 1][1], v[J][0], v[J][1]);
+        }
+#else
 #pragma unroll
         for (int k0 = 0; k0 < TC_CHUNK; k0 += 4) {
             if (((mask >> k0) & 0xfu) == 0) continue;  // warp-uniform
@@ -258,8 +317,29 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
                     mma_m8n8k4_f64(acc[k][0], acc[k][1], fr[I], fr[J]);
                 }
         }
+#endif
     }
     const double inv = total > 0 ? 1.0 / (double)total : 0.0;
+#if TC_K == 8
+    {
+        int k = 0;
+#pragma unroll
+        for (int R = 0; R < NR; ++R)
+#pragma unroll
+            for (int J = 0; J < NB && J <= 2 * R + 1; ++J, ++k)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int r = 16 * R + (lane >> 2) + 8 * (i >> 1), cc = 8 * J + 2 * (lane & 3) + (i & 1);
+                    if (cc < N && r >= cc && r <= N) {
+                        const double v = total > 0 ? acc[k][i] * inv : 0.0;
+                        if (r < N)
+                            A[l * (N * N) + cc * N + r] = v;
+                        else
+                            B[l * N + cc] = v;
+                    }
+                }
+    }
+#else
 #pragma unroll
     for (int I = 0; I < NB; ++I)
 #pragma unroll
@@ -275,6 +355,7 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
                         B[l * N + cc] = v;
                 }
             }
+#endif
     if (lane == 0) counts[l] = total;
 }
 #else

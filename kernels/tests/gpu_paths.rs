@@ -828,6 +828,14 @@ fn regression_matches_cpu<T: GpuReal>(tol: f64) {
         RegressionConfig::tensor_cores(3, None),
         RegressionConfig::tensor_cores(4, Some(1)),
         RegressionConfig::tensor_cores(8, Some(3)),
+        RegressionConfig {
+            tensor_core_step: Some(4),
+            ..RegressionConfig::tensor_cores(2, None)
+        },
+        RegressionConfig {
+            tensor_core_step: Some(4),
+            ..RegressionConfig::tensor_cores(4, Some(2))
+        },
         RegressionConfig::default(),
     ];
     for (i, (name, spec, batch)) in regression_cases().into_iter().enumerate() {
@@ -844,10 +852,13 @@ fn regression_matches_cpu<T: GpuReal>(tol: f64) {
             } = config;
             let label = if r.tensor_cores {
                 format!(
-                    "tensor cores S={stages} W={}",
+                    "tensor cores S={stages} W={} K={}",
                     config
                         .regressions_per_block
-                        .map_or("auto".to_string(), |w| w.to_string())
+                        .map_or("auto".to_string(), |w| w.to_string()),
+                    config
+                        .tensor_core_step
+                        .map_or("auto".to_string(), |k| k.to_string())
                 )
             } else {
                 format!(

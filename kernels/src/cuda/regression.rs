@@ -188,6 +188,9 @@ pub struct RegressionConfig {
     /// `prefetch` are not used (chunks of 32 paths), `regressions_per_block` is warps
     /// per block and `stages` counts chunks of 32 paths.
     pub tensor_cores: bool,
+    /// Paths per tensor-core step, 4 or 8 (`None`: [`tensor_core_step`] for the device;
+    /// 8 is refused below sm_90).
+    pub tensor_core_step: Option<usize>,
 }
 
 impl Default for RegressionConfig {
@@ -201,6 +204,7 @@ impl Default for RegressionConfig {
             fma: false,
             prefetch: false,
             tensor_cores: true,
+            tensor_core_step: None,
         }
     }
 }
@@ -233,8 +237,9 @@ impl RegressionConfig {
     /// The default configuration with the tuning overrides of the environment applied:
     /// `CVA_GPU_BUILD_PATHS_PER_CHUNK`, `CVA_GPU_BUILD_STAGES`,
     /// `CVA_GPU_BUILD_REGRESSIONS_PER_BLOCK` (integers), `CVA_GPU_BUILD_PREFETCH` and
-    /// `CVA_GPU_BUILD_TENSOR_CORES` (`0` or `1`; `0` gives the bitwise tile kernel), for
-    /// timing and checking runs of `cva run`.
+    /// `CVA_GPU_BUILD_TENSOR_CORES` (`0` or `1`; `0` gives the bitwise tile kernel) and
+    /// `CVA_GPU_BUILD_TC_STEP` (`4` or `8`, paths per tensor-core step), for timing and
+    /// checking runs of `cva run`.
     ///
     /// # Errors
     /// [`GpuError::Invalid`] naming the variable if one is set to something that does
@@ -259,7 +264,9 @@ impl RegressionConfig {
         };
         let d = Self::default();
         let g = env("CVA_GPU_BUILD_REGRESSIONS_PER_BLOCK", 0)?;
+        let k = env("CVA_GPU_BUILD_TC_STEP", 0)?;
         Ok(Self {
+            tensor_core_step: (k > 0).then_some(k),
             regressions_per_block: (g > 0).then_some(g),
             paths_per_chunk: env("CVA_GPU_BUILD_PATHS_PER_CHUNK", d.paths_per_chunk)?,
             stages: env("CVA_GPU_BUILD_STAGES", d.stages)?,
@@ -360,20 +367,37 @@ pub fn regression_source(
     )
 }
 
+/// Paths per step of the tensor-core build on a device of compute capability `major`:
+/// 8 (one `mma.m16n8k8.f64` per 16 x 8 block, sm_90 and later) where its accumulators
+/// (`8` registers for each of the `NR (NR + 1)` blocks, `NR = ceil(NB / 2)`, one fewer for
+/// odd `NB`) and chains take at most 96 registers (`n <= 31` with chains of up to 4
+/// factors), else 4 (`mma.m8n8k4.f64`).
+pub fn tensor_core_step(n: usize, deg: usize, major: i32) -> usize {
+    let nb = (n + 1).div_ceil(8);
+    let nr = nb.div_ceil(2);
+    let blocks = nr * (nr + 1) - usize::from(2 * nr > nb);
+    if major >= 9 && 8 * blocks + 3 * nb * deg <= 96 {
+        8
+    } else {
+        4
+    }
+}
+
 /// The CUDA source of the f64 tensor-core build kernel: `w` regressions (one warp each)
 /// per block, `stages` stage buffers of 32 paths (`stages - 1` chunks copied ahead),
-/// compiled for `min_blocks` resident blocks per SM; basis of `n` functions (longest
-/// chain `deg`), `assets` assets per state, the payoff's entry test compiled in.
+/// compiled for `min_blocks` resident blocks per SM, `k` paths per tensor-core step
+/// ([`tensor_core_step`]: 8 needs sm_90); basis of `n` functions (longest chain `deg`),
+/// `assets` assets per state, the payoff's entry test compiled in.
 pub fn regression_source_tensor_cores(
     n: usize,
     deg: usize,
-    (w, stages, min_blocks): (usize, usize, usize),
+    (w, stages, min_blocks, k): (usize, usize, usize, usize),
     payoff: &GpuPayoff,
     assets: usize,
 ) -> String {
     let threads = 32 * w;
     format!(
-        "#define REAL_F64 1\n#define N {n}\n#define DEG {deg}\n#define W {w}\n#define G {w}\n#define P {TENSOR_CORE_CHUNK}\n#define STAGES {stages}\n#define THREADS {threads}\n#define MIN_BLOCKS {min_blocks}\n#define USE_FMA 1\n#define TILE_PREFETCH 0\n#define D {assets}\n#define TENSOR_CORES 1\n{}{}{}",
+        "#define REAL_F64 1\n#define N {n}\n#define DEG {deg}\n#define W {w}\n#define G {w}\n#define P {TENSOR_CORE_CHUNK}\n#define STAGES {stages}\n#define THREADS {threads}\n#define MIN_BLOCKS {min_blocks}\n#define USE_FMA 1\n#define TILE_PREFETCH 0\n#define D {assets}\n#define TENSOR_CORES 1\n#define TC_K {k}\n{}{}{}",
         prelude_source(),
         payoff.value_source(),
         source_file("regression.cu", REGRESSION_CU)
@@ -504,10 +528,19 @@ impl<T: GpuReal> GpuRegression<T> {
                     limit: optin,
                 });
             }
+            let k = match config.tensor_core_step {
+                None => tensor_core_step(n, deg, major),
+                Some(k) if k == 4 || (k == 8 && major >= 9) => k,
+                Some(k) => {
+                    return Err(GpuError::Invalid(format!(
+                        "tensor-core step of {k} paths: 4, or 8 on sm_90 and later"
+                    )))
+                }
+            };
             let src = regression_source_tensor_cores(
                 n,
                 deg,
-                (w, st, blocks_tc(w).max(1)),
+                (w, st, blocks_tc(w).max(1), k),
                 &spec.payoff,
                 d,
             );
@@ -804,9 +837,12 @@ mod tests {
                 }
             }
             if tensor_cores_fit(n, deg) {
-                let src = regression_source_tensor_cores(n, deg, (g.min(32), st, 1), payoff, 5);
-                if let Err(e) = compile_cubin(&src, "regression.cu", "sm_90") {
-                    panic!("tensor cores n={n}: {e}");
+                for k in [4, tensor_core_step(n, deg, 9)] {
+                    let src =
+                        regression_source_tensor_cores(n, deg, (g.min(32), st, 1, k), payoff, 5);
+                    if let Err(e) = compile_cubin(&src, "regression.cu", "sm_90") {
+                        panic!("tensor cores n={n} step {k}: {e}");
+                    }
                 }
             }
         }
@@ -826,7 +862,7 @@ mod tests {
             kind: GpuOptionKind::Put,
             strike: 1.0,
         };
-        let src = regression_source_tensor_cores(30, 1, (5, 2, 3), &put, 29);
+        let src = regression_source_tensor_cores(30, 1, (5, 2, 3, 8), &put, 29);
         assert!(src.starts_with("#define REAL_F64 1\n#define N 30\n#define DEG 1\n#define W 5\n"));
         assert!(src.contains("#define THREADS 160\n#define MIN_BLOCKS 3\n"));
         assert!(src.contains("#define TENSOR_CORES 1\n"));
