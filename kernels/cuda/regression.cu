@@ -253,15 +253,17 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
         total += __popc(mask);
 #if TC_K == 8
         // 8 paths per step: lane l (g = l/4, q = l%4) forms the values of paths k0 + q
-        // and k0 + q + 4 in columns 8 I + g; they are its B fragment of column block J
-        // (v[J][0], v[J][1]) and its A fragment of row block R (v[2R][0], v[2R+1][0],
-        // v[2R][1], v[2R+1][1]). Each entry gets its 8 products in path order.
+        // and k0 + q + 4 (h = 0, 1) in columns 8 I + g; they are its B fragment of column
+        // block J (v[J][0], v[J][1]) and its A fragment of row block R (v[2R][0],
+        // v[2R+1][0], v[2R][1], v[2R+1][1]). Each entry gets its 8 products in path order
+        // (the 16x8x8 DMMA adds them as an in-order chain of fused multiply-adds, as the
+        // m8n8k4 one adds its 4: the same bits as TC_K 4, measured on an H200).
 #pragma unroll
-        for (int k0 = 0; k0 < TC_CHUNK; k0 += 8) {
+        for (int k0 = 0; k0 < TC_CHUNK; k0 += TC_K) {
             if (((mask >> k0) & 0xffu) == 0) continue;  // warp-uniform
-            double v[2 * NR][2];
+            double v[2 * NR][TC_K / 4];
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
+            for (int h = 0; h < TC_K / 4; ++h) {
                 const int p = k0 + (lane & 3) + 4 * h;
                 const bool enters = (mask >> p) & 1u;
                 const unsigned* sph = rbh + p * D;

@@ -791,6 +791,23 @@ fn regression_cases() -> Vec<(&'static str, RegressionSpec, usize)> {
             33,
         ),
         (
+            // Three column blocks of 8 (n + 1 = 22): an odd count, the last row block of
+            // 16 half empty in the 8-path tensor-core step.
+            "basket call of 5 of 6, quadratic n=21, m=100, itm",
+            RegressionSpec {
+                basis: BasisTables::monomials(2, &[0, 1, 2, 3, 5], &spots[..6]),
+                payoff: GpuPayoff {
+                    underlying: GpuUnderlying::Basket(vec![(0, 0.25), (2, 0.25), (5, 0.5)]),
+                    kind: GpuOptionKind::Call,
+                    strike: 82.0,
+                },
+                itm_only: true,
+                assets: 6,
+                inner_paths: 100,
+            },
+            41,
+        ),
+        (
             "call on asset 0 of 1, linear n=2, m=16, itm",
             RegressionSpec {
                 basis: BasisTables::monomials(1, &[0], &spots[..1]),

@@ -10,10 +10,14 @@
 //! accumulated in registers by one of two kernels:
 //!
 //! * **tensor cores** (f64, the default where it fits, [`RegressionConfig::tensor_cores`]):
-//!   one warp per regression forms the `mma.sync.m8n8k4` f64 fragments of `Ψ` straight
-//!   from the staged states (4 paths per step, `ψ = 0` for paths that do not enter) and
-//!   accumulates the lower-triangle `8 x 8` blocks with the FP64 tensor cores. The sums'
-//!   order and rounding are the tensor cores', so `A` and `b` differ from the CPU's sums:
+//!   one warp per regression forms the f64 MMA fragments of `Ψ` straight from the staged
+//!   states (`ψ = 0` for paths that do not enter) and accumulates the blocks that touch
+//!   the lower triangle with the FP64 tensor cores: `mma.sync.m16n8k8` `16 x 8` blocks, 8
+//!   paths per step, on sm_90 and later ([`tensor_core_step`]; 6 instructions per 8 paths
+//!   at `n = 30`), else `mma.sync.m8n8k4` `8 x 8` blocks, 4 paths per step (20 per 8
+//!   paths). Both add each entry's products in path order as fused multiply-adds (measured:
+//!   the same bits). The sums' order and rounding are the tensor cores', so `A` and `b`
+//!   differ from the CPU's sums:
 //!   each entry by at most about `(c_l + 1) eps (1/c_l) Σ_m |ψ_i| |ψ_j|` (`y` for `ψ_j`
 //!   in `b`; to first order: two summation bounds `γ_c ≈ c eps / 2`, one for each order,
 //!   and the two roundings of the scaling), which `kernels/tests/gpu_paths.rs` checks
@@ -857,6 +861,12 @@ mod tests {
         assert!(!tensor_cores_fit(39, 3));
         assert!(!tensor_cores_fit(47, 1));
         assert!(!tensor_cores_fit(64, 1));
+        // 8 paths per step on sm_90 where its 16 x 8 blocks fit: n = 30 (NB = 4: 6
+        // blocks), n = 21 (NB = 3: 5); n = 39 (NB = 5: 11 blocks) keeps 4.
+        assert_eq!(tensor_core_step(30, 1, 9), 8);
+        assert_eq!(tensor_core_step(21, 2, 9), 8);
+        assert_eq!(tensor_core_step(30, 1, 8), 4);
+        assert_eq!(tensor_core_step(39, 2, 9), 4);
         let put = GpuPayoff {
             underlying: GpuUnderlying::Asset(0),
             kind: GpuOptionKind::Put,
