@@ -514,6 +514,11 @@ extern "C" __global__ void inner_paths(unsigned long long seed, unsigned first_o
 #ifndef PATHS_FILL_UNROLL
 #define PATHS_FILL_UNROLL 1
 #endif
+// PATHS_GROUP: assets whose normals and states are loaded before their exps (see
+// gbm_step_fixed); 1 is one asset at a time.
+#ifndef PATHS_GROUP
+#define PATHS_GROUP 4
+#endif
 #define PATHS_PRAGMA(x) _Pragma(#x)
 #define PATHS_UNROLL_BY(k) PATHS_PRAGMA(unroll k)
 #define PATHS_CH (PATHS_CHUNK < PATHS_D ? PATHS_CHUNK : PATHS_D)
@@ -594,20 +599,36 @@ __device__ __forceinline__ void gbm_step_fixed(double* xs, float* zr, unsigned f
 #if PATHS_FACTOR
     double acc[PATHS_D];
 #endif
+    // Groups of PATHS_GROUP assets: their normals and states are loaded before any of
+    // their new states is stored, so that the group's exp chains can overlap (a store of
+    // xs[k] before the ring's load for k + 1 orders them: the compiler cannot tell the
+    // two shared arrays apart through the pointers).
 #pragma unroll
-    for (int k = 0; k < PATHS_D; ++k) {
-        const double z = ring_normal(k, zr, &row, first, next, ns);
+    for (int k0 = 0; k0 < PATHS_D; k0 += PATHS_GROUP) {
+        double w[PATHS_GROUP], x[PATHS_GROUP];
+#pragma unroll
+        for (int j = 0; j < PATHS_GROUP; ++j) {
+            const int k = k0 + j;
+            if (k < PATHS_D) {
+                const double z = ring_normal(k, zr, &row, first, next, ns);
 #if PATHS_FACTOR
 #pragma unroll
-        for (int i = k; i < PATHS_D; ++i) {
-            const double p = C_FACTOR[i * PATHS_D + k] * z;
-            acc[i] = k == 0 ? p : acc[i] + p;
-        }
-        const double w = acc[k];
+                for (int i = k; i < PATHS_D; ++i) {
+                    const double p = C_FACTOR[i * PATHS_D + k] * z;
+                    acc[i] = k == 0 ? p : acc[i] + p;
+                }
+                w[j] = acc[k];
 #else
-        const double w = z;
+                w[j] = z;
 #endif
-        xs[k] = xs[k] * exp_step(C_DRIFT[k] + C_VOL[k] * w, et);
+                x[j] = xs[k];
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < PATHS_GROUP; ++j) {
+            const int k = k0 + j;
+            if (k < PATHS_D) xs[k] = x[j] * exp_step(C_DRIFT[k] + C_VOL[k] * w[j], et);
+        }
     }
 }
 
