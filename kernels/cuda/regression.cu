@@ -158,6 +158,12 @@ __device__ __forceinline__ void load_quad(const real* row, int q, real v[4]) {
 #define TC_K 4
 #endif
 #endif
+#if TC_K == 8 && !defined(HAVE_MMA_M16N8K8_F64)
+#error "TC_K 8 needs mma.m16n8k8.f64 (sm_90 or later)"
+#endif
+#if TC_K != 4 && TC_K != 8
+#error "TC_K must be 4 or 8"
+#endif
 // Row blocks of 16 (TC_K 8) and the 16 x 8 blocks they hold.
 #define NR ((NB + 1) / 2)
 #define NBLK16 (NR * (NR + 1) - (2 * NR > NB ? 1 : 0))

@@ -156,7 +156,11 @@ fn bench_regression<T: GpuReal>(
             gbs: bytes / t * 1e-9,
             info: format!(
                 "{} G={} P={} S={} threads={} smem={} regs={} local={} blocks/SM={}",
-                if info.tensor_cores { "TC" } else { "tiles" },
+                if info.tensor_cores {
+                    format!("TC K={}", info.tensor_core_step)
+                } else {
+                    "tiles".to_string()
+                },
                 info.regressions_per_block,
                 info.paths_per_chunk,
                 info.stages,

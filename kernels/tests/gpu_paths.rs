@@ -589,6 +589,8 @@ struct CaseResult {
     bound_ratio: f64,
     /// The kernel ran on the tensor cores.
     tensor_cores: bool,
+    /// Its paths per tensor-core step (0 for the tile kernel).
+    tensor_core_step: usize,
     /// Bit patterns of every output (`a`, then `b`), to compare configurations.
     bits: Vec<u64>,
 }
@@ -734,6 +736,7 @@ fn regression_case<T: GpuReal>(
         err,
         bound_ratio,
         tensor_cores: kernel.launch_info().tensor_cores,
+        tensor_core_step: kernel.launch_info().tensor_core_step,
         bits: a.iter().chain(&b).map(|v| v.to_f64().to_bits()).collect(),
     }
 }
@@ -869,13 +872,16 @@ fn regression_matches_cpu<T: GpuReal>(tol: f64) {
             } = config;
             let label = if r.tensor_cores {
                 format!(
-                    "tensor cores S={stages} W={} K={}",
+                    "tensor cores S={stages} W={} K={}{}",
                     config
                         .regressions_per_block
                         .map_or("auto".to_string(), |w| w.to_string()),
-                    config
-                        .tensor_core_step
-                        .map_or("auto".to_string(), |k| k.to_string())
+                    r.tensor_core_step,
+                    if config.tensor_core_step.is_none() {
+                        " (auto)"
+                    } else {
+                        ""
+                    }
                 )
             } else {
                 format!(

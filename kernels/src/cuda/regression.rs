@@ -303,6 +303,9 @@ pub struct RegressionLaunch {
     /// The tensor-core kernel (regressions per block = warps per block, 32 paths per
     /// chunk).
     pub tensor_cores: bool,
+    /// Paths per tensor-core step (4: `mma.m8n8k4`, 8: `mma.m16n8k8`); 0 for the tile
+    /// kernel.
+    pub tensor_core_step: usize,
 }
 
 /// Paths per chunk of the tensor-core kernel (one lane per path for the payoff).
@@ -489,7 +492,7 @@ impl<T: GpuReal> GpuRegression<T> {
         // mma.sync m8n8k4 f64 needs sm_80 or later.
         let tensor_cores =
             config.tensor_cores && T::IS_F64 && tensor_cores_fit(n, deg) && major >= 8;
-        let (g, p, threads, smem, src) = if tensor_cores {
+        let (g, p, threads, smem, src, step) = if tensor_cores {
             // Per warp: states[st][32][d] and y[st][32].
             let shared_tc = |w: usize| w * st * TENSOR_CORE_CHUNK * (d + 1) * 8;
             // Resident blocks of w warps per SM: shared memory (1 kB reserved per
@@ -548,7 +551,7 @@ impl<T: GpuReal> GpuRegression<T> {
                 &spec.payoff,
                 d,
             );
-            (w, TENSOR_CORE_CHUNK, 32 * w, smem, src)
+            (w, TENSOR_CORE_CHUNK, 32 * w, smem, src, k)
         } else {
             let g = match config.regressions_per_block {
                 Some(g) => g,
@@ -604,7 +607,7 @@ impl<T: GpuReal> GpuRegression<T> {
                 &spec.payoff,
                 d,
             );
-            (g, p, threads, smem, src)
+            (g, p, threads, smem, src, 0)
         };
         let cubin = compile_cubin(&src, "regression.cu", &format!("sm_{major}{minor}"))?;
         let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin))?;
@@ -634,6 +637,7 @@ impl<T: GpuReal> GpuRegression<T> {
             blocks_per_sm,
             fma: config.fma && !tensor_cores,
             tensor_cores,
+            tensor_core_step: step,
         };
         Ok(Self {
             stream: stream.clone(),
