@@ -44,6 +44,26 @@ struct U32x4 {
     unsigned x, y, z, w;
 };
 
+// hi:lo = a b, one 32 x 32 -> 64-bit product (IMAD.WIDE.U32).
+__device__ __forceinline__ void mul_hi_lo(unsigned a, unsigned b, unsigned& hi, unsigned& lo) {
+    asm("{\n\t.reg .u64 t;\n\tmul.wide.u32 t, %2, %3;\n\tmov.b64 {%1, %0}, t;\n\t}"
+        : "=r"(hi), "=r"(lo)
+        : "r"(a), "r"(b));
+}
+
+// One Philox4x32 round under the round key (k0, k1).
+__device__ __forceinline__ U32x4 philox_round(U32x4 c, unsigned k0, unsigned k1) {
+    unsigned hi0, lo0, hi1, lo1;
+    mul_hi_lo(PHILOX_M0, c.x, hi0, lo0);
+    mul_hi_lo(PHILOX_M1, c.z, hi1, lo1);
+    U32x4 n;
+    n.x = hi1 ^ c.y ^ k0;
+    n.y = lo1;
+    n.z = hi0 ^ c.w ^ k1;
+    n.w = lo0;
+    return n;
+}
+
 __device__ __forceinline__ U32x4 philox4x32_10(U32x4 c, unsigned k0, unsigned k1) {
 #pragma unroll
     for (int round = 0; round < 10; ++round) {
@@ -51,14 +71,7 @@ __device__ __forceinline__ U32x4 philox4x32_10(U32x4 c, unsigned k0, unsigned k1
             k0 += PHILOX_W0;
             k1 += PHILOX_W1;
         }
-        const unsigned hi0 = __umulhi(PHILOX_M0, c.x), lo0 = PHILOX_M0 * c.x;
-        const unsigned hi1 = __umulhi(PHILOX_M1, c.z), lo1 = PHILOX_M1 * c.z;
-        U32x4 n;
-        n.x = hi1 ^ c.y ^ k0;
-        n.y = lo1;
-        n.z = hi0 ^ c.w ^ k1;
-        n.w = lo0;
-        c = n;
+        c = philox_round(c, k0, k1);
     }
     return c;
 }
@@ -251,13 +264,6 @@ __device__ __forceinline__ void stream_prepare(NormalStream& s) {
     s.loa = PHILOX_M0 * x;
 }
 
-// hi:lo = a b, one 32 x 32 -> 64-bit product (IMAD.WIDE.U32).
-__device__ __forceinline__ void mul_hi_lo(unsigned a, unsigned b, unsigned& hi, unsigned& lo) {
-    asm("{\n\t.reg .u64 t;\n\tmul.wide.u32 t, %2, %3;\n\tmov.b64 {%1, %0}, t;\n\t}"
-        : "=r"(hi), "=r"(lo)
-        : "r"(a), "r"(b));
-}
-
 // philox4x32_10 of the counter [block, inner, date, outer] under the stream's key, with
 // the block-independent products of rounds 0 and 1 taken from stream_prepare: the same
 // words, two multiplications fewer per block.
@@ -276,15 +282,7 @@ __device__ __forceinline__ U32x4 stream_philox(const NormalStream& s, unsigned b
     for (int round = 2; round < 10; ++round) {
         k0 += PHILOX_W0;
         k1 += PHILOX_W1;
-        unsigned hi0, lo0, hi1, lo1;
-        mul_hi_lo(PHILOX_M0, c.x, hi0, lo0);
-        mul_hi_lo(PHILOX_M1, c.z, hi1, lo1);
-        U32x4 n;
-        n.x = hi1 ^ c.y ^ k0;
-        n.y = lo1;
-        n.z = hi0 ^ c.w ^ k1;
-        n.w = lo0;
-        c = n;
+        c = philox_round(c, k0, k1);
     }
     return c;
 }

@@ -218,6 +218,18 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
 #endif
     unsigned total = 0;
 
+    // The value of this lane's column block I for the staged path at sph / spl (cash
+    // flow yv): x = 1, then x = x * (S[asset] * inv_spot) along the chain; the constant or
+    // y where the column has no chain; 0 when the path does not enter.
+    auto column_value = [&](int I, const unsigned* sph, const unsigned* spl, double yv,
+                            bool enters) -> double {
+        double x = 1.0 * (state_join(sph, spl, cha[I][0]) * chi[I][0]);
+#pragma unroll
+        for (int e = 1; e < DEG; ++e)
+            if (cha[I][e] >= 0) x = x * (state_join(sph, spl, cha[I][e]) * chi[I][e]);
+        const double v = is_chain[I] ? x : (is_y[I] ? yv : cst[I]);
+        return enters ? v : 0.0;
+    };
     const unsigned* const slh = (const unsigned*)(states + l * path_stride);
     const unsigned* const sll = slh + (long long)m * D;
     const double* const yl = y + l * (long long)m;
@@ -276,18 +288,8 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
                 const unsigned* spl = rbl + p * D;
                 const double yv = yb[p];
 #pragma unroll
-                for (int I = 0; I < 2 * NR; ++I) {
-                    if (I >= NB) {
-                        v[I][h] = 0.0;
-                        continue;
-                    }
-                    double x = 1.0 * (state_join(sph, spl, cha[I][0]) * chi[I][0]);
-#pragma unroll
-                    for (int e = 1; e < DEG; ++e)
-                        if (cha[I][e] >= 0) x = x * (state_join(sph, spl, cha[I][e]) * chi[I][e]);
-                    const double w = is_chain[I] ? x : (is_y[I] ? yv : cst[I]);
-                    v[I][h] = enters ? w : 0.0;
-                }
+                for (int I = 0; I < 2 * NR; ++I)
+                    v[I][h] = I < NB ? column_value(I, sph, spl, yv, enters) : 0.0;
             }
             int k = 0;
 #pragma unroll
@@ -308,15 +310,7 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
             const double yv = yb[p];
             double fr[NB];
 #pragma unroll
-            for (int I = 0; I < NB; ++I) {
-                // x = 1, then x = x * (S[asset] * inv_spot) along the chain.
-                double x = 1.0 * (state_join(sph, spl, cha[I][0]) * chi[I][0]);
-#pragma unroll
-                for (int e = 1; e < DEG; ++e)
-                    if (cha[I][e] >= 0) x = x * (state_join(sph, spl, cha[I][e]) * chi[I][e]);
-                const double v = is_chain[I] ? x : (is_y[I] ? yv : cst[I]);
-                fr[I] = enters ? v : 0.0;
-            }
+            for (int I = 0; I < NB; ++I) fr[I] = column_value(I, sph, spl, yv, enters);
 #pragma unroll
             for (int I = 0; I < NB; ++I)
 #pragma unroll
