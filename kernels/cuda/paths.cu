@@ -258,10 +258,9 @@ struct NormalStream {
 // The stream's block-independent words of rounds 0 and 1 (after its key is set): round 0
 // gives x = hi(M1 date) ^ inner ^ key0 and y = lo(M1 date); round 1 multiplies x by M0.
 __device__ __forceinline__ void stream_prepare(NormalStream& s) {
-    const unsigned x = __umulhi(PHILOX_M1, s.date) ^ s.inner ^ s.key0;
-    s.y0 = PHILOX_M1 * s.date;
-    s.hia = __umulhi(PHILOX_M0, x);
-    s.loa = PHILOX_M0 * x;
+    unsigned hd;
+    mul_hi_lo(PHILOX_M1, s.date, hd, s.y0);
+    mul_hi_lo(PHILOX_M0, hd ^ s.inner ^ s.key0, s.hia, s.loa);
 }
 
 // philox4x32_10 of the counter [block, inner, date, outer] under the stream's key, with

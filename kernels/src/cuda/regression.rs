@@ -315,13 +315,19 @@ pub const TENSOR_CORE_CHUNK: usize = 32;
 /// take `4 NB (NB + 1) / 2` (40 for `n <= 31`), the chains `3 NB deg`.
 const TENSOR_CORE_REGISTER_BUDGET: usize = 128;
 
+/// Column blocks of 8 of the augmented `(n+1) x (n+1)` matrix (`NB` of the tensor-core
+/// kernel).
+fn column_blocks(n: usize) -> usize {
+    (n + 1).div_ceil(8)
+}
+
 /// Whether a basis of `n` functions with chains of at most `deg` factors fits the
 /// tensor-core kernel: `NB = ceil((n + 1) / 8)` column blocks, whose `NB (NB + 1) / 2`
 /// accumulator blocks (4 registers each) and per-lane chains (`3 NB deg` registers)
 /// take at most 96 registers (so `n <= 31` with chains of up to 4 factors, `n <= 39`
 /// with up to 2).
 pub fn tensor_cores_fit(n: usize, deg: usize) -> bool {
-    let nb = (n + 1).div_ceil(8);
+    let nb = column_blocks(n);
     4 * (nb * (nb + 1) / 2) + 3 * nb * deg <= 96
 }
 
@@ -380,7 +386,7 @@ pub fn regression_source(
 /// odd `NB`) and chains take at most 96 registers (`n <= 31` with chains of up to 4
 /// factors), else 4 (`mma.m8n8k4.f64`).
 pub fn tensor_core_step(n: usize, deg: usize, major: i32) -> usize {
-    let nb = (n + 1).div_ceil(8);
+    let nb = column_blocks(n);
     let nr = nb.div_ceil(2);
     let blocks = nr * (nr + 1) - usize::from(2 * nr > nb);
     if major >= 9 && 8 * blocks + 3 * nb * deg <= 96 {
