@@ -483,6 +483,12 @@ extern "C" __global__ void inner_paths(unsigned long long seed, unsigned first_o
 #ifndef PATHS_PAYOFF
 #define PATHS_PAYOFF 0
 #endif
+#ifndef PATHS_PAY_MAX
+#define PATHS_PAY_MAX 0
+#endif
+#if PATHS_PAY_MAX && (!PATHS_PAYOFF || PATHS_FACTOR)
+#error "PATHS_PAY_MAX needs PATHS_PAYOFF and no correlation factor"
+#endif
 
 #if PATHS_D > 0
 // Host defines: PATHS_D (assets, <= 32), PATHS_FACTOR (0/1), PATHS_BLOCK (threads per
@@ -572,15 +578,21 @@ __device__ __forceinline__ void fill_ring(float* zr, unsigned* next, unsigned en
 // The normal of draw first + k (asset k < PATHS_D of the step whose draws start at
 // `first`) from the ring, which is filled PATHS_CH assets ahead at each chunk's first
 // asset; *row (the ring's row of that draw) advances to the next draw's.
-__device__ __forceinline__ double ring_normal(int k, float* zr, unsigned* row, unsigned first,
-                                              unsigned* next, const NormalStream& ns) {
+__device__ __forceinline__ float ring_normal_f32(int k, float* zr, unsigned* row, unsigned first,
+                                                unsigned* next, const NormalStream& ns) {
     if (k % PATHS_CH == 0)
         fill_ring(zr, next, first + (k + PATHS_CH < PATHS_D ? k + PATHS_CH : PATHS_D), ns);
-    const double z = (double)zr[*row * LDX];
+    const float z = zr[*row * LDX];
     // A ring of a power-of-two size wraps by a mask (a mask for the compare and
     // select: one instruction fewer per asset in the SASS at basket29).
     *row = (RING & (RING - 1)) == 0 ? (*row + 1) & (RING - 1) : (*row + 1 == RING ? 0u : *row + 1);
     return z;
+}
+
+// The same normal widened to double (the step's arithmetic).
+__device__ __forceinline__ double ring_normal(int k, float* zr, unsigned* row, unsigned first,
+                                              unsigned* next, const NormalStream& ns) {
+    return (double)ring_normal_f32(k, zr, row, first, next, ns);
 }
 
 // One exact GBM step of the state xs[i] (i < d) with the normals of draws
@@ -628,6 +640,77 @@ __device__ __forceinline__ void gbm_step_fixed(double* xs, float* zr, unsigned f
         }
     }
 }
+
+#if PATHS_PAY_MAX
+// The paying step of a payoff on the maximum of the assets in PATHS_MAX_MASK (bit k:
+// asset k), without a correlation factor: the payoff of the states gbm_step_fixed would
+// produce, with one exact exp instead of one per asset. Host defines: PATHS_MAX_MASK,
+// PATHS_MAX_KEEP (a float, below), __constant__ float C_A0F[PATHS_D], C_A1F[PATHS_D]
+// (drift_k log2 e and vol_k log2 e rounded to f32) and
+// `double paths_payoff_of_level(double level)` (paths_payoff's last line).
+//
+// Each asset's new price u_k = S_k exp_step(drift_k + vol_k z_k) is first estimated in
+// single precision, v_k = f32(S_k) 2^(fma(C_A1F[k], z_k, C_A0F[k])) (ex2.approx); the
+// host bounds the relative error of v_k against u_k by eps (the roundings of S_k, of the
+// two constants and the fma, ex2.approx's 2 ulp, the product, and exp_step's ulp), and
+// PATHS_MAX_KEEP <= 1 - 4 eps. With b1 >= b2 the two largest estimates, b2 < b1 KEEP
+// (rounded) implies that the estimate's argmax has the strictly largest u, so the maximum
+// is that one u, formed as gbm_step_fixed forms it: the same bits as paths_payoff after
+// the full step. b1 must lie in [2^-60, 2^60] (then every asset that could compete has a
+// normal f32 price, and the host keeps |fma| <= 60). Otherwise (near-ties, about one path
+// in a few thousand, or prices out of range) the lane redoes the whole step exactly with
+// the step's normals regenerated from the stream (the ring has moved on), then takes
+// paths_payoff. Only for the paying step: its states are not stored.
+__device__ __forceinline__ float ex2_approx(float a) {
+    float e;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(a));
+    return e;
+}
+
+// The exact step and payoff (the rare case, out of line: inlined, its Philox blocks and
+// exps raise the whole kernel's register count from 80 to 116). Draw first + k is normal
+// (first + k) % 4 of Philox block (first + k) / 4.
+__device__ __noinline__ double max_payoff_exact(double* xs, unsigned first, NormalStream ns,
+                                               const double2* et) {
+#pragma unroll 1
+    for (unsigned b = first / 4; 4 * b < first + PATHS_D; ++b) {
+        float z4[4];
+        stream_block_f32(ns, b, &z4[0], &z4[1], &z4[2], &z4[3]);
+#pragma unroll 1
+        for (int q = 0; q < 4; ++q) {
+            const unsigned dr = 4 * b + q;
+            if (dr >= first && dr < first + PATHS_D) {
+                const int k = (int)(dr - first);
+                xs[k] = xs[k] * exp_step(C_DRIFT[k] + C_VOL[k] * (double)z4[q], et);
+            }
+        }
+    }
+    return paths_payoff(xs, 1);
+}
+
+__device__ __forceinline__ double max_payoff_step(double* xs, float* zr, unsigned first,
+                                                  unsigned* next, const NormalStream& ns,
+                                                  const double2* et) {
+    unsigned row = first % RING;
+    float b1 = -__int_as_float(0x7f800000), b2 = b1, zb = 0.0f;
+    int kb = 0;
+#pragma unroll
+    for (int k = 0; k < PATHS_D; ++k) {
+        const float z = ring_normal_f32(k, zr, &row, first, next, ns);
+        if ((PATHS_MAX_MASK >> k) & 1u) {
+            const float v = __double2float_rn(xs[k]) * ex2_approx(fmaf(C_A1F[k], z, C_A0F[k]));
+            const bool gt = v > b1;
+            b2 = fmaxf(b2, fminf(b1, v));
+            b1 = fmaxf(b1, v);
+            kb = gt ? k : kb;
+            zb = gt ? z : zb;
+        }
+    }
+    if (b1 >= 0x1p-60f && b1 <= 0x1p60f && b2 < b1 * PATHS_MAX_KEEP)
+        return paths_payoff_of_level(xs[kb] * exp_step(C_DRIFT[kb] + C_VOL[kb] * (double)zb, et));
+    return max_payoff_exact(xs, first, ns, et);
+}
+#endif
 
 // inner_paths with d = PATHS_D and the market compiled in; same arguments and layout
 // (the two planes of words); blockDim.x must be PATHS_BLOCK.
@@ -698,6 +781,17 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
     }
 #endif
     for (int s = 0; s < steps; ++s) {
+#if PATHS_PAY_MAX
+        if (s == pay_step) {  // the same for every thread: no barrier is skipped
+            if (live) {
+                const double p = max_payoff_step(xs, zr, (unsigned)s * PATHS_D, &next, ns, et);
+                cash[t] = p;
+                cash_date[t] = pay_date;
+                if (y != nullptr) y[t] = p * pay_df;
+            }
+            return;
+        }
+#endif
         if (live) {
             gbm_step_fixed(xs, zr, (unsigned)s * PATHS_D, &next, ns, et);
         }
