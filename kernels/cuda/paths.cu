@@ -522,6 +522,13 @@ extern "C" __global__ void inner_paths(unsigned long long seed, unsigned first_o
 #ifndef PATHS_GROUP
 #define PATHS_GROUP 4
 #endif
+// PATHS_MIN_BLOCKS: blocks per SM the inner kernel's registers must allow (12 blocks of 64
+// threads: at most 80 registers). Shared memory allows 11 (H200), so the registers must
+// not set the occupancy: the paying step of a maximum (max_payoff_step) took the kernel
+// to 88 registers, 10 blocks.
+#ifndef PATHS_MIN_BLOCKS
+#define PATHS_MIN_BLOCKS 12
+#endif
 #define PATHS_PRAGMA(x) _Pragma(#x)
 #define PATHS_UNROLL_BY(k) PATHS_PRAGMA(unroll k)
 #define PATHS_CH (PATHS_CHUNK < PATHS_D ? PATHS_CHUNK : PATHS_D)
@@ -720,7 +727,7 @@ __device__ __forceinline__ double max_payoff_step(double* xs, float* zr, unsigne
 // its states are not stored: instead, as engine_cash_init would from them,
 // cash[l * inner + mm] = payoff, cash_date[..] = pay_date and, where y is not null,
 // y[..] = payoff * pay_df.
-extern "C" __global__ void __launch_bounds__(PATHS_BLOCK)
+extern "C" __global__ void __launch_bounds__(PATHS_BLOCK, PATHS_MIN_BLOCKS)
 inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, long long outer,
                   int inner, int steps, const double* __restrict__ start, long long start_stride,
                   double* __restrict__ out, int pay_step, unsigned pay_date, double pay_df,
@@ -753,32 +760,37 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
     unsigned next = 0;
     const long long step_stride = (long long)inner * PATHS_D;
 #if PATHS_D & 1
-    // The copy of the block's states, element e = tl * d + i of step s: with at least a
-    // block of inner paths, the block spans at most two outer paths, l0 for tl < t1 and
-    // l0 + 1 after, each a contiguous run of each plane of the output: the high words of
-    // l0's elements from word off0 + 2 s inner d on, those of l0 + 1's `jump` words further.
-    // Thread tid copies its elements j = 0, 1, ... (e = tid + j * PATHS_BLOCK): those with
-    // j < j1 lie before the boundary, those with j >= j_end are not live (live threads are
-    // a prefix of the block).
-    const bool contiguous = inner >= PATHS_BLOCK;
+    // The copy of the states by warps: warp w copies the states of its 32 inner paths
+    // (tl = 32 w ..), element e = (tl - 32 w) * d + i of step s, so that no barrier spans
+    // the block's warps. With at least a warp of inner paths per outer path, the warp's
+    // paths span at most two outer paths, l0 for tl - 32 w < t1 and l0 + 1 after, each a
+    // contiguous run of each plane of the output: the high words of l0's elements from
+    // word off0 + 2 s inner d on, those of l0 + 1's `jump` words further. Lane q copies
+    // its elements j = 0, 1, ... (e = q + 32 j): those with j < j1 lie before the boundary,
+    // those with j >= j_end are not live (live threads are a prefix of the block).
+    const bool contiguous = inner >= 32;
+    const int lane = tid & 31;
     long long off0 = 0, jump = 0;
     int j1 = 0, j_end = 0;
-    // The block's rows all live and all of one outer path (the same for every thread):
-    // each thread's elements then go to one run (j1, j_end >= d), copied without the
-    // per-element boundary test and pointer selects of the general loop (~13 instructions
-    // per element against 3).
+    // The warp's rows all live and all of one outer path: each lane's elements then go to
+    // one run (j1, j_end >= d), copied without the per-element boundary test and pointer
+    // selects of the general loop (~13 instructions per element against 3).
     bool one_run = false;
     if (contiguous) {
-        const long long l0 = t0 / inner;
-        const int t1 = (int)((l0 + 1) * inner - t0);
-        const int n_live = (int)(outer * inner - t0 < PATHS_BLOCK ? outer * inner - t0 : PATHS_BLOCK);
-        off0 = (2 * l0 * steps * (long long)inner + (t0 - l0 * inner)) * PATHS_D;
-        jump = (2 * steps * (long long)inner - t1) * PATHS_D - (t0 - l0 * inner) * PATHS_D;
+        const long long w0 = t0 + (tid - lane);  // the warp's first inner path
+        const long long l0 = w0 / inner;
+        const int t1 = (int)((l0 + 1) * inner - w0);
+        const long long left = outer * inner - w0;
+        const int n_live = (int)(left <= 0 ? 0 : left < 32 ? left : 32);
+        off0 = (2 * l0 * steps * (long long)inner + (w0 - l0 * inner)) * PATHS_D;
+        jump = (2 * steps * (long long)inner - t1) * PATHS_D - (w0 - l0 * inner) * PATHS_D;
         const int e1 = t1 * PATHS_D, e_end = n_live * PATHS_D;
-        j1 = e1 > tid ? (e1 - tid + PATHS_BLOCK - 1) / PATHS_BLOCK : 0;
-        j_end = e_end > tid ? (e_end - tid + PATHS_BLOCK - 1) / PATHS_BLOCK : 0;
-        one_run = t1 >= PATHS_BLOCK && n_live == PATHS_BLOCK;
+        j1 = e1 > lane ? (e1 - lane + 31) / 32 : 0;
+        j_end = e_end > lane ? (e_end - lane + 31) / 32 : 0;
+        one_run = t1 >= 32 && n_live == 32;
     }
+#else
+    const bool contiguous = false;
 #endif
     for (int s = 0; s < steps; ++s) {
 #if PATHS_PAY_MAX
@@ -806,21 +818,25 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
             return;
         }
 #endif
-        __syncthreads();
-        // Element e = tl * d + i of the block's states: thread tid copies e = tid,
-        // tid + PATHS_BLOCK, ... (its high word, then its low word a plane further).
+        // The states of the step are complete: the warp's own (warp copies), or the block's.
+        if (contiguous)
+            __syncwarp();
+        else
+            __syncthreads();
         unsigned* os = (unsigned*)out + 2 * s * step_stride;
 #if PATHS_D & 1
         if (contiguous) {
-            const double* src = xs_all + tid;
-            unsigned* dst = os + off0 + tid;
+            // Element e of the warp's states (its high word, then its low word a plane
+            // further): lane q copies e = q, q + 32, ...
+            const double* src = xs_all + (tid - lane) * PATHS_D + lane;
+            unsigned* dst = os + off0 + lane;
             // The low words through a pointer of their own: an address formed from dst
             // and the plane's run-time size costs ~5 instructions per state (path kernel
             // alone at basket29 100k: 0.178 -> 0.174 s, benches/RESULTS.md).
             unsigned* dstl = dst + step_stride;
             if (one_run) {
 #pragma unroll
-                for (int j = 0; j < PATHS_D; ++j) copy_element(dst, dstl, src, j * PATHS_BLOCK);
+                for (int j = 0; j < PATHS_D; ++j) copy_element(dst, dstl, src, j * 32);
             } else {
 #pragma unroll
                 for (int j = 0; j < PATHS_D; ++j) {
@@ -828,12 +844,14 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
                         dst += jump;
                         dstl += jump;
                     }
-                    if (j < j_end) copy_element(dst, dstl, src, j * PATHS_BLOCK);
+                    if (j < j_end) copy_element(dst, dstl, src, j * 32);
                 }
             }
         } else
 #endif
         {
+            // Element e = tl * d + i of the block's states: thread tid copies e = tid,
+            // tid + PATHS_BLOCK, ... (its high word, then its low word a plane further).
             int tl = tid / PATHS_D, i = tid - tl * PATHS_D;
 #pragma unroll 4
             for (int e = tid; e < PATHS_BLOCK * PATHS_D; e += PATHS_BLOCK) {
@@ -847,7 +865,11 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
                 }
             }
         }
-        __syncthreads();
+        // The copy has read the states before the next step overwrites them.
+        if (contiguous)
+            __syncwarp();
+        else
+            __syncthreads();
     }
 }
 
