@@ -483,12 +483,6 @@ extern "C" __global__ void inner_paths(unsigned long long seed, unsigned first_o
 #ifndef PATHS_PAYOFF
 #define PATHS_PAYOFF 0
 #endif
-#ifndef PATHS_PAY_MAX
-#define PATHS_PAY_MAX 0
-#endif
-#if PATHS_PAY_MAX && (!PATHS_PAYOFF || PATHS_FACTOR)
-#error "PATHS_PAY_MAX needs PATHS_PAYOFF and no correlation factor"
-#endif
 
 #if PATHS_D > 0
 // Host defines: PATHS_D (assets, <= 32), PATHS_FACTOR (0/1), PATHS_BLOCK (threads per
@@ -521,13 +515,6 @@ extern "C" __global__ void inner_paths(unsigned long long seed, unsigned first_o
 // gbm_step_fixed); 1 is one asset at a time.
 #ifndef PATHS_GROUP
 #define PATHS_GROUP 4
-#endif
-// PATHS_MIN_BLOCKS: blocks per SM the inner kernel's registers must allow (12 blocks of 64
-// threads: at most 80 registers). Shared memory allows 11 (H200), so the registers must
-// not set the occupancy: the paying step of a maximum (max_payoff_step) took the kernel
-// to 88 registers, 10 blocks.
-#ifndef PATHS_MIN_BLOCKS
-#define PATHS_MIN_BLOCKS 12
 #endif
 #define PATHS_PRAGMA(x) _Pragma(#x)
 #define PATHS_UNROLL_BY(k) PATHS_PRAGMA(unroll k)
@@ -585,21 +572,15 @@ __device__ __forceinline__ void fill_ring(float* zr, unsigned* next, unsigned en
 // The normal of draw first + k (asset k < PATHS_D of the step whose draws start at
 // `first`) from the ring, which is filled PATHS_CH assets ahead at each chunk's first
 // asset; *row (the ring's row of that draw) advances to the next draw's.
-__device__ __forceinline__ float ring_normal_f32(int k, float* zr, unsigned* row, unsigned first,
-                                                unsigned* next, const NormalStream& ns) {
+__device__ __forceinline__ double ring_normal(int k, float* zr, unsigned* row, unsigned first,
+                                              unsigned* next, const NormalStream& ns) {
     if (k % PATHS_CH == 0)
         fill_ring(zr, next, first + (k + PATHS_CH < PATHS_D ? k + PATHS_CH : PATHS_D), ns);
-    const float z = zr[*row * LDX];
+    const double z = (double)zr[*row * LDX];
     // A ring of a power-of-two size wraps by a mask (a mask for the compare and
     // select: one instruction fewer per asset in the SASS at basket29).
     *row = (RING & (RING - 1)) == 0 ? (*row + 1) & (RING - 1) : (*row + 1 == RING ? 0u : *row + 1);
     return z;
-}
-
-// The same normal widened to double (the step's arithmetic).
-__device__ __forceinline__ double ring_normal(int k, float* zr, unsigned* row, unsigned first,
-                                              unsigned* next, const NormalStream& ns) {
-    return (double)ring_normal_f32(k, zr, row, first, next, ns);
 }
 
 // One exact GBM step of the state xs[i] (i < d) with the normals of draws
@@ -648,77 +629,6 @@ __device__ __forceinline__ void gbm_step_fixed(double* xs, float* zr, unsigned f
     }
 }
 
-#if PATHS_PAY_MAX
-// The paying step of a payoff on the maximum of the assets in PATHS_MAX_MASK (bit k:
-// asset k), without a correlation factor: the payoff of the states gbm_step_fixed would
-// produce, with one exact exp instead of one per asset. Host defines: PATHS_MAX_MASK,
-// PATHS_MAX_KEEP (a float, below), __constant__ float C_A0F[PATHS_D], C_A1F[PATHS_D]
-// (drift_k log2 e and vol_k log2 e rounded to f32) and
-// `double paths_payoff_of_level(double level)` (paths_payoff's last line).
-//
-// Each asset's new price u_k = S_k exp_step(drift_k + vol_k z_k) is first estimated in
-// single precision, v_k = f32(S_k) 2^(fma(C_A1F[k], z_k, C_A0F[k])) (ex2.approx); the
-// host bounds the relative error of v_k against u_k by eps (the roundings of S_k, of the
-// two constants and the fma, ex2.approx's 2 ulp, the product, and exp_step's ulp), and
-// PATHS_MAX_KEEP <= 1 - 4 eps. With b1 >= b2 the two largest estimates, b2 < b1 KEEP
-// (rounded) implies that the estimate's argmax has the strictly largest u, so the maximum
-// is that one u, formed as gbm_step_fixed forms it: the same bits as paths_payoff after
-// the full step. b1 must lie in [2^-60, 2^60] (then every asset that could compete has a
-// normal f32 price, and the host keeps |fma| <= 60). Otherwise (near-ties, about one path
-// in a few thousand, or prices out of range) the lane redoes the whole step exactly with
-// the step's normals regenerated from the stream (the ring has moved on), then takes
-// paths_payoff. Only for the paying step: its states are not stored.
-__device__ __forceinline__ float ex2_approx(float a) {
-    float e;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(a));
-    return e;
-}
-
-// The exact step and payoff (the rare case, out of line: inlined, its Philox blocks and
-// exps raise the whole kernel's register count from 80 to 116). Draw first + k is normal
-// (first + k) % 4 of Philox block (first + k) / 4.
-__device__ __noinline__ double max_payoff_exact(double* xs, unsigned first, NormalStream ns,
-                                               const double2* et) {
-#pragma unroll 1
-    for (unsigned b = first / 4; 4 * b < first + PATHS_D; ++b) {
-        float z4[4];
-        stream_block_f32(ns, b, &z4[0], &z4[1], &z4[2], &z4[3]);
-#pragma unroll 1
-        for (int q = 0; q < 4; ++q) {
-            const unsigned dr = 4 * b + q;
-            if (dr >= first && dr < first + PATHS_D) {
-                const int k = (int)(dr - first);
-                xs[k] = xs[k] * exp_step(C_DRIFT[k] + C_VOL[k] * (double)z4[q], et);
-            }
-        }
-    }
-    return paths_payoff(xs, 1);
-}
-
-__device__ __forceinline__ double max_payoff_step(double* xs, float* zr, unsigned first,
-                                                  unsigned* next, const NormalStream& ns,
-                                                  const double2* et) {
-    unsigned row = first % RING;
-    float b1 = -__int_as_float(0x7f800000), b2 = b1, zb = 0.0f;
-    int kb = 0;
-#pragma unroll
-    for (int k = 0; k < PATHS_D; ++k) {
-        const float z = ring_normal_f32(k, zr, &row, first, next, ns);
-        if ((PATHS_MAX_MASK >> k) & 1u) {
-            const float v = __double2float_rn(xs[k]) * ex2_approx(fmaf(C_A1F[k], z, C_A0F[k]));
-            const bool gt = v > b1;
-            b2 = fmaxf(b2, fminf(b1, v));
-            b1 = fmaxf(b1, v);
-            kb = gt ? k : kb;
-            zb = gt ? z : zb;
-        }
-    }
-    if (b1 >= 0x1p-60f && b1 <= 0x1p60f && b2 < b1 * PATHS_MAX_KEEP)
-        return paths_payoff_of_level(xs[kb] * exp_step(C_DRIFT[kb] + C_VOL[kb] * (double)zb, et));
-    return max_payoff_exact(xs, first, ns, et);
-}
-#endif
-
 // inner_paths with d = PATHS_D and the market compiled in; same arguments and layout
 // (the two planes of words); blockDim.x must be PATHS_BLOCK.
 // With pay_step >= 0 (only when the host compiled in PATHS_PAYOFF and
@@ -727,7 +637,7 @@ __device__ __forceinline__ double max_payoff_step(double* xs, float* zr, unsigne
 // its states are not stored: instead, as engine_cash_init would from them,
 // cash[l * inner + mm] = payoff, cash_date[..] = pay_date and, where y is not null,
 // y[..] = payoff * pay_df.
-extern "C" __global__ void __launch_bounds__(PATHS_BLOCK, PATHS_MIN_BLOCKS)
+extern "C" __global__ void __launch_bounds__(PATHS_BLOCK)
 inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, long long outer,
                   int inner, int steps, const double* __restrict__ start, long long start_stride,
                   double* __restrict__ out, int pay_step, unsigned pay_date, double pay_df,
@@ -760,50 +670,34 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
     unsigned next = 0;
     const long long step_stride = (long long)inner * PATHS_D;
 #if PATHS_D & 1
-    // The copy of the states by warps: warp w copies the states of its 32 inner paths
-    // (tl = 32 w ..), element e = (tl - 32 w) * d + i of step s, so that no barrier spans
-    // the block's warps. With at least a warp of inner paths per outer path, the warp's
-    // paths span at most two outer paths, l0 for tl - 32 w < t1 and l0 + 1 after, each a
-    // contiguous run of each plane of the output: the high words of l0's elements from
-    // word off0 + 2 s inner d on, those of l0 + 1's `jump` words further. Lane q copies
-    // its elements j = 0, 1, ... (e = q + 32 j): those with j < j1 lie before the boundary,
-    // those with j >= j_end are not live (live threads are a prefix of the block).
-    const bool contiguous = inner >= 32;
-    const int lane = tid & 31;
+    // The copy of the block's states, element e = tl * d + i of step s: with at least a
+    // block of inner paths, the block spans at most two outer paths, l0 for tl < t1 and
+    // l0 + 1 after, each a contiguous run of each plane of the output: the high words of
+    // l0's elements from word off0 + 2 s inner d on, those of l0 + 1's `jump` words further.
+    // Thread tid copies its elements j = 0, 1, ... (e = tid + j * PATHS_BLOCK): those with
+    // j < j1 lie before the boundary, those with j >= j_end are not live (live threads are
+    // a prefix of the block).
+    const bool contiguous = inner >= PATHS_BLOCK;
     long long off0 = 0, jump = 0;
     int j1 = 0, j_end = 0;
-    // The warp's rows all live and all of one outer path: each lane's elements then go to
-    // one run (j1, j_end >= d), copied without the per-element boundary test and pointer
-    // selects of the general loop (~13 instructions per element against 3).
+    // The block's rows all live and all of one outer path (the same for every thread):
+    // each thread's elements then go to one run (j1, j_end >= d), copied without the
+    // per-element boundary test and pointer selects of the general loop (~13 instructions
+    // per element against 3).
     bool one_run = false;
     if (contiguous) {
-        const long long w0 = t0 + (tid - lane);  // the warp's first inner path
-        const long long l0 = w0 / inner;
-        const int t1 = (int)((l0 + 1) * inner - w0);
-        const long long left = outer * inner - w0;
-        const int n_live = (int)(left <= 0 ? 0 : left < 32 ? left : 32);
-        off0 = (2 * l0 * steps * (long long)inner + (w0 - l0 * inner)) * PATHS_D;
-        jump = (2 * steps * (long long)inner - t1) * PATHS_D - (w0 - l0 * inner) * PATHS_D;
+        const long long l0 = t0 / inner;
+        const int t1 = (int)((l0 + 1) * inner - t0);
+        const int n_live = (int)(outer * inner - t0 < PATHS_BLOCK ? outer * inner - t0 : PATHS_BLOCK);
+        off0 = (2 * l0 * steps * (long long)inner + (t0 - l0 * inner)) * PATHS_D;
+        jump = (2 * steps * (long long)inner - t1) * PATHS_D - (t0 - l0 * inner) * PATHS_D;
         const int e1 = t1 * PATHS_D, e_end = n_live * PATHS_D;
-        j1 = e1 > lane ? (e1 - lane + 31) / 32 : 0;
-        j_end = e_end > lane ? (e_end - lane + 31) / 32 : 0;
-        one_run = t1 >= 32 && n_live == 32;
+        j1 = e1 > tid ? (e1 - tid + PATHS_BLOCK - 1) / PATHS_BLOCK : 0;
+        j_end = e_end > tid ? (e_end - tid + PATHS_BLOCK - 1) / PATHS_BLOCK : 0;
+        one_run = t1 >= PATHS_BLOCK && n_live == PATHS_BLOCK;
     }
-#else
-    const bool contiguous = false;
 #endif
     for (int s = 0; s < steps; ++s) {
-#if PATHS_PAY_MAX
-        if (s == pay_step) {  // the same for every thread: no barrier is skipped
-            if (live) {
-                const double p = max_payoff_step(xs, zr, (unsigned)s * PATHS_D, &next, ns, et);
-                cash[t] = p;
-                cash_date[t] = pay_date;
-                if (y != nullptr) y[t] = p * pay_df;
-            }
-            return;
-        }
-#endif
         if (live) {
             gbm_step_fixed(xs, zr, (unsigned)s * PATHS_D, &next, ns, et);
         }
@@ -818,25 +712,21 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
             return;
         }
 #endif
-        // The states of the step are complete: the warp's own (warp copies), or the block's.
-        if (contiguous)
-            __syncwarp();
-        else
-            __syncthreads();
+        __syncthreads();
+        // Element e = tl * d + i of the block's states: thread tid copies e = tid,
+        // tid + PATHS_BLOCK, ... (its high word, then its low word a plane further).
         unsigned* os = (unsigned*)out + 2 * s * step_stride;
 #if PATHS_D & 1
         if (contiguous) {
-            // Element e of the warp's states (its high word, then its low word a plane
-            // further): lane q copies e = q, q + 32, ...
-            const double* src = xs_all + (tid - lane) * PATHS_D + lane;
-            unsigned* dst = os + off0 + lane;
+            const double* src = xs_all + tid;
+            unsigned* dst = os + off0 + tid;
             // The low words through a pointer of their own: an address formed from dst
             // and the plane's run-time size costs ~5 instructions per state (path kernel
             // alone at basket29 100k: 0.178 -> 0.174 s, benches/RESULTS.md).
             unsigned* dstl = dst + step_stride;
             if (one_run) {
 #pragma unroll
-                for (int j = 0; j < PATHS_D; ++j) copy_element(dst, dstl, src, j * 32);
+                for (int j = 0; j < PATHS_D; ++j) copy_element(dst, dstl, src, j * PATHS_BLOCK);
             } else {
 #pragma unroll
                 for (int j = 0; j < PATHS_D; ++j) {
@@ -844,14 +734,12 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
                         dst += jump;
                         dstl += jump;
                     }
-                    if (j < j_end) copy_element(dst, dstl, src, j * 32);
+                    if (j < j_end) copy_element(dst, dstl, src, j * PATHS_BLOCK);
                 }
             }
         } else
 #endif
         {
-            // Element e = tl * d + i of the block's states: thread tid copies e = tid,
-            // tid + PATHS_BLOCK, ... (its high word, then its low word a plane further).
             int tl = tid / PATHS_D, i = tid - tl * PATHS_D;
 #pragma unroll 4
             for (int e = tid; e < PATHS_BLOCK * PATHS_D; e += PATHS_BLOCK) {
@@ -865,11 +753,7 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
                 }
             }
         }
-        // The copy has read the states before the next step overwrites them.
-        if (contiguous)
-            __syncwarp();
-        else
-            __syncthreads();
+        __syncthreads();
     }
 }
 

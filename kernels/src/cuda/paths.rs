@@ -194,108 +194,6 @@ pub fn payoff_value_source(payoff: &GpuPayoff) -> Option<String> {
     ))
 }
 
-/// How the fixed inner kernel evaluates the paying step of a payoff on the maximum of
-/// several assets ([`GpuPaths::with_maturity_payoff_max`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MaxStep {
-    /// The full step, one exp per asset, then the payoff (every other payoff too).
-    Full,
-    /// Single-precision estimates of the new prices, then one exact exp for the largest,
-    /// where the estimates' error bound separates it from the second largest; the full
-    /// step elsewhere. The same bits as `Full` (`paths.cu`, `max_payoff_step`).
-    Estimate,
-    /// As `Estimate`, but every path takes the full step's out-of-line exact branch
-    /// (for the tests of that branch).
-    Exact,
-}
-
-/// Above it, no estimate: |drift log2 e| + |vol log2 e| NORMAL_MAX bounds the argument of
-/// ex2.approx, which then stays far inside the f32 range.
-const MAX_ESTIMATE_ARG: f64 = 60.0;
-
-/// The defines and constants of `max_payoff_step` (paths.cu) for `payoff` on `market`, or
-/// `None` where it does not apply (not a maximum, a correlation factor, an asset out of
-/// range, a non-finite or too large increment, or `mode` Full).
-///
-/// Error bound of the estimate v_k = f32(S_k) 2^a_k, a_k = fma(c1_k, z_k, c0_k) in f32,
-/// c0_k, c1_k = drift_k log2 e, vol_k log2 e rounded to f32, against u_k = S_k
-/// exp_step(drift_k + vol_k z_k) in f64: the conversion of S_k and the product 2^-24 each,
-/// ex2.approx.ftz.f32 2 ulp (taken as 2^-21), |a_k - log2 e (drift_k + vol_k z_k)| <=
-/// 2^-22.9 (|c0_k| + |c1_k| |z_k|) <= 2^-22 A with A = max_k |c0_k| + |c1_k| NORMAL_MAX,
-/// whose effect is at most ln 2 1.01 times that, and u_k's own rounding (exp_step within
-/// an ulp, the product): eps = 2^-21 (1.25 + 0.36 A) covers them with room. Then
-/// b2 < b1 (1 - 4 eps), rounded down to f32 (PATHS_MAX_KEEP), proves the argmax of the
-/// estimates the strict argmax of the u_k (paths.cu).
-fn max_step_source(market: &MarketSteps, payoff: &GpuPayoff, mode: MaxStep) -> Option<String> {
-    let d = market.spots.len();
-    let GpuUnderlying::Max(assets) = &payoff.underlying else {
-        return None;
-    };
-    if mode == MaxStep::Full
-        || market.factor.is_some()
-        || d > 32
-        || assets.is_empty()
-        || assets.iter().any(|&i| i >= d)
-    {
-        return None;
-    }
-    let log2e = std::f64::consts::LOG2_E;
-    let c0: Vec<f32> = market.drift.iter().map(|&x| (x * log2e) as f32).collect();
-    let c1: Vec<f32> = market.vol.iter().map(|&x| (x * log2e) as f32).collect();
-    let arg = assets
-        .iter()
-        .map(|&i| f64::from(c0[i]).abs() + f64::from(c1[i]).abs() * NORMAL_MAX)
-        .fold(0.0f64, f64::max);
-    if !arg.is_finite() || arg > MAX_ESTIMATE_ARG {
-        return None;
-    }
-    let eps = (1.25 + 0.36 * arg) * 2f64.powi(-21);
-    let keep = match mode {
-        // Rounded toward zero: the f32 below 1 - 4 eps.
-        MaxStep::Estimate => {
-            let k = (1.0 - 4.0 * eps) as f32;
-            let k = if f64::from(k) > 1.0 - 4.0 * eps {
-                f32::from_bits(k.to_bits() - 1)
-            } else {
-                k
-            };
-            format!("{k:e}f")
-        }
-        // NaN: the comparison fails for every path.
-        _ => "__int_as_float(0x7fc00000)".to_string(),
-    };
-    let mask = assets.iter().fold(0u32, |m, &i| m | (1u32 << i));
-    let f32_array = |name: &str, v: &[f32]| {
-        let body: Vec<String> = v.iter().map(|x| format!("{x:e}f")).collect();
-        format!(
-            "__constant__ float {name}[{d}] = {{{}}};\n",
-            body.join(", ")
-        )
-    };
-    let (_, gap) = payoff.c_expression(
-        |i| format!("xs[{i}]"),
-        |w| format!("({})", c_literal(w)),
-        &format!("({})", c_literal(payoff.strike)),
-    );
-    Some(format!(
-        "#define PATHS_PAY_MAX 1\n#define PATHS_MAX_MASK {mask:#010x}u\n#define PATHS_MAX_KEEP {keep}\n{}{}\
-         __device__ __forceinline__ double paths_payoff_of_level(double level) {{\n    \
-         return fmax({gap}, 0.0);\n}}\n",
-        f32_array("C_A0F", &c0),
-        f32_array("C_A1F", &c1),
-    ))
-}
-
-/// The maximum step's mode from `CVA_GPU_PATHS_MAX` (development switch: `full`,
-/// `exact`; anything else or unset: `Estimate`).
-fn max_step_from_env() -> MaxStep {
-    match std::env::var("CVA_GPU_PATHS_MAX").as_deref() {
-        Ok("full") => MaxStep::Full,
-        Ok("exact") => MaxStep::Exact,
-        _ => MaxStep::Estimate,
-    }
-}
-
 /// The path module for `market` and `seed`: the fixed kernels compiled for them (defines,
 /// the Philox key words of `seed` and the market's constants, then `cuda/paths.cu`) when
 /// the market has at most [`FIXED_MAX_ASSETS`] assets and finite parameters, else `None`
@@ -350,8 +248,6 @@ pub struct GpuPaths {
     /// A maturity payoff is compiled into the fixed inner kernel
     /// ([`GpuPaths::inner_paths_paying`]).
     pays: bool,
-    /// How the paying step evaluates a payoff on a maximum (`Full` for any other).
-    max_step: MaxStep,
 }
 
 /// One thread per path: blocks of `block` threads, `smem` bytes of dynamic shared memory.
@@ -409,37 +305,7 @@ impl GpuPaths {
         seed: u64,
         payoff: &GpuPayoff,
     ) -> Result<Self, GpuError> {
-        Self::with_kernels(
-            stream,
-            market,
-            seed,
-            true,
-            Some((payoff, max_step_from_env())),
-        )
-    }
-
-    /// As [`GpuPaths::with_maturity_payoff`], with the paying step of a payoff on a
-    /// maximum evaluated as `max` says (where it applies: [`GpuPaths::max_step`]).
-    /// `with_maturity_payoff` takes [`MaxStep::Estimate`] (or the development switch
-    /// `CVA_GPU_PATHS_MAX`).
-    ///
-    /// # Errors
-    /// As [`GpuPaths::new`].
-    pub fn with_maturity_payoff_max(
-        stream: &Arc<CudaStream>,
-        market: &MarketSteps,
-        seed: u64,
-        payoff: &GpuPayoff,
-        max: MaxStep,
-    ) -> Result<Self, GpuError> {
-        Self::with_kernels(stream, market, seed, true, Some((payoff, max)))
-    }
-
-    /// How the compiled paying step evaluates its payoff: [`MaxStep::Full`] unless a
-    /// payoff on a maximum is compiled in and the estimate applies (no correlation
-    /// factor, bounded increments).
-    pub fn max_step(&self) -> MaxStep {
-        self.max_step
+        Self::with_kernels(stream, market, seed, true, Some(payoff))
     }
 
     /// Whether [`GpuPaths::inner_paths_paying`] is available.
@@ -471,7 +337,7 @@ impl GpuPaths {
         market: &MarketSteps,
         seed: u64,
         allow_fixed: bool,
-        payoff: Option<(&GpuPayoff, MaxStep)>,
+        payoff: Option<&GpuPayoff>,
     ) -> Result<Self, GpuError> {
         let d = market.spots.len();
         if d == 0 || market.drift.len() != d || market.vol.len() != d {
@@ -499,21 +365,10 @@ impl GpuPaths {
             None
         };
         let fixed = fixed_src.is_some();
-        let payoff_src = payoff
-            .filter(|_| fixed)
-            .and_then(|(p, _)| payoff_value_source(p));
+        let payoff_src = payoff.filter(|_| fixed).and_then(payoff_value_source);
         let pays = payoff_src.is_some();
-        let max_src = payoff
-            .filter(|_| pays)
-            .and_then(|(p, mode)| max_step_source(market, p, mode).map(|src| (src, mode)));
-        let max_step = max_src.as_ref().map_or(MaxStep::Full, |&(_, mode)| mode);
         let mut src = match (fixed_src, payoff_src) {
-            (Some(f), Some(p)) => {
-                // The maximum step's defines and constants beside the payoff's, ahead of
-                // the market's and paths.cu.
-                let m = max_src.map_or(String::new(), |(m, _)| m);
-                format!("#define PATHS_PAYOFF 1\n{p}{m}{f}")
-            }
+            (Some(f), Some(p)) => format!("#define PATHS_PAYOFF 1\n{p}{f}"),
             (Some(f), None) => f,
             (None, _) => paths_source(),
         };
@@ -548,7 +403,6 @@ impl GpuPaths {
             shared_optin,
             fixed,
             pays,
-            max_step,
         })
     }
 
@@ -1060,25 +914,12 @@ mod tests {
                     panic!("{e}");
                 }
             }
-            // With each kind of maturity payoff compiled in, and the maximum's estimated
-            // step where it applies (no factor, a non-empty maximum).
+            // With each kind of maturity payoff compiled in.
             for payoff in payoffs() {
                 let pay = super::payoff_value_source(&payoff).expect("finite payoff");
-                for mode in [
-                    super::MaxStep::Full,
-                    super::MaxStep::Estimate,
-                    super::MaxStep::Exact,
-                ] {
-                    let max = super::max_step_source(&market, &payoff, mode);
-                    let applies = f.is_none()
-                        && mode != super::MaxStep::Full
-                        && matches!(&payoff.underlying, super::GpuUnderlying::Max(v) if !v.is_empty());
-                    assert_eq!(max.is_some(), applies, "{payoff:?} {mode:?}");
-                    let max = max.unwrap_or_default();
-                    let src = format!("#define PATHS_PAYOFF 1\n{pay}{max}{src}");
-                    if let Err(e) = super::compile_cubin(&src, "paths.cu", "sm_90") {
-                        panic!("{payoff:?} {mode:?}: {e}");
-                    }
+                let src = format!("#define PATHS_PAYOFF 1\n{pay}{src}");
+                if let Err(e) = super::compile_cubin(&src, "paths.cu", "sm_90") {
+                    panic!("{payoff:?}: {e}");
                 }
             }
         }
@@ -1102,74 +943,6 @@ mod tests {
             }
         }
         v
-    }
-
-    /// The estimated maximum step's constants: the assets' mask, the keep factor below
-    /// 1 - 4 eps (eps from the bound in `max_step_source`), NaN for `Exact`, and no
-    /// estimate for other payoffs, a correlation factor, or increments beyond the bound.
-    #[test]
-    fn max_step_source_bounds_and_refusals() {
-        use crate::cuda::regression::{GpuOptionKind, GpuPayoff, GpuUnderlying};
-        let d = 29;
-        let (spots, drift, vol) = (vec![1.0; d], vec![-0.0005; d], vec![0.0316; d]);
-        let market = super::MarketSteps {
-            spots: &spots,
-            drift: &drift,
-            vol: &vol,
-            factor: None,
-        };
-        let max_call = GpuPayoff {
-            underlying: GpuUnderlying::Max((0..d).collect()),
-            kind: GpuOptionKind::Call,
-            strike: 1.0,
-        };
-        let src = super::max_step_source(&market, &max_call, super::MaxStep::Estimate)
-            .expect("basket29's maximum");
-        assert!(src.contains("#define PATHS_MAX_MASK 0x1fffffffu"), "{src}");
-        let keep: f32 = src
-            .lines()
-            .find_map(|l| l.strip_prefix("#define PATHS_MAX_KEEP "))
-            .and_then(|v| v.trim_end_matches('f').parse().ok())
-            .expect("keep factor");
-        let arg = (0.0005 + 0.0316 * super::NORMAL_MAX) * std::f64::consts::LOG2_E;
-        let eps = (1.25 + 0.36 * arg) * 2f64.powi(-21);
-        assert!(f64::from(keep) <= 1.0 - 4.0 * eps, "keep {keep}");
-        assert!(f64::from(keep) > 1.0 - 4.0 * eps - 1e-7, "keep {keep}");
-        assert!(src.contains("paths_payoff_of_level"), "{src}");
-        let exact = super::max_step_source(&market, &max_call, super::MaxStep::Exact).expect("max");
-        assert!(exact.contains("#define PATHS_MAX_KEEP __int_as_float(0x7fc00000)"));
-        assert!(super::max_step_source(&market, &max_call, super::MaxStep::Full).is_none());
-        let partial = GpuPayoff {
-            underlying: GpuUnderlying::Max(vec![4, 0, 2]),
-            kind: GpuOptionKind::Put,
-            strike: 1.0,
-        };
-        let src = super::max_step_source(&market, &partial, super::MaxStep::Estimate).expect("max");
-        assert!(src.contains("#define PATHS_MAX_MASK 0x00000015u"), "{src}");
-        let basket = GpuPayoff {
-            underlying: GpuUnderlying::Basket(vec![(0, 0.5), (1, 0.5)]),
-            kind: GpuOptionKind::Call,
-            strike: 1.0,
-        };
-        assert!(super::max_step_source(&market, &basket, super::MaxStep::Estimate).is_none());
-        let out_of_range = GpuPayoff {
-            underlying: GpuUnderlying::Max(vec![0, d]),
-            kind: GpuOptionKind::Call,
-            strike: 1.0,
-        };
-        assert!(super::max_step_source(&market, &out_of_range, super::MaxStep::Estimate).is_none());
-        let factor = vec![0.0; d * d];
-        let correlated = super::MarketSteps {
-            factor: Some(&factor),
-            ..market
-        };
-        assert!(super::max_step_source(&correlated, &max_call, super::MaxStep::Estimate).is_none());
-        let wild = vec![9.0; d];
-        let volatile = super::MarketSteps {
-            vol: &wild,
-            ..market
-        };
-        assert!(super::max_step_source(&volatile, &max_call, super::MaxStep::Estimate).is_none());
     }
 
     #[test]
