@@ -93,13 +93,6 @@ fn memory_share() -> f64 {
         .unwrap_or(MEMORY_SHARE)
 }
 
-/// Whether the solves read their escalation lists' lengths back to skip the empty levels
-/// (`GpuOptions::host_list_lengths`); `CVA_GPU_HOST_LIST_LENGTHS=0` (development switch)
-/// launches every level instead, with the lengths left on the device.
-fn host_list_lengths() -> bool {
-    std::env::var("CVA_GPU_HOST_LIST_LENGTHS").map_or(true, |v| v.trim() != "0")
-}
-
 struct American<T: GpuReal> {
     position: usize,
     n: usize,
@@ -1261,7 +1254,7 @@ impl<T: GpuReal> GpuEngine<T> {
                     let options = GpuOptions {
                         start,
                         // Skip the empty escalation levels (see the option).
-                        host_list_lengths: host_list_lengths(),
+                        host_list_lengths: true,
                         ..GpuOptions::default()
                     };
                     self.solver.solve_batched_gpu::<T>(
