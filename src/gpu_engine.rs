@@ -60,7 +60,7 @@ use cva_kernels::cuda::engine::{
 };
 use cva_kernels::cuda::paths::{GpuPaths, MarketSteps, MaturityCash};
 use cva_kernels::cuda::regression::{
-    BasisTables, BuildY, GpuOptionKind, GpuPayoff, GpuRegression, GpuUnderlying, RegressionConfig,
+    BasisTables, GpuOptionKind, GpuPayoff, GpuRegression, GpuUnderlying, RegressionConfig,
     RegressionSpec,
 };
 use cva_kernels::cuda::{GpuBatchSolver, GpuError, GpuOptions, GpuReal, GpuReport};
@@ -279,15 +279,15 @@ struct ChunkBuffers<T: GpuReal> {
     /// `[l][k][i]`, `k = 0..=N`.
     outer: CudaSlice<f64>,
     /// Inner states `[l][s][mm][i]` over the dates after `t_k` (each `[l][s]` block as
-    /// two planes of words, see `cva_kernels::cuda::paths`), and the cash flows and their
-    /// dates of the backward induction (the regression build forms each step's
-    /// discounted cash flows `y` from them: no `y` is stored): set `k % 2` for
+    /// two planes of words, see `cva_kernels::cuda::paths`), and the cash flows, their
+    /// dates and the discounted cash flows `y` of the backward induction: set `k % 2` for
     /// exposure date `t_k`, so that the inner paths of `t_{k+1}` (path stream) are
     /// generated while the engine stream works on those of `t_k`. Set 1 serves odd `k`
     /// only, whose inner paths span one date fewer.
     inner: [CudaSlice<f64>; 2],
     cash: [CudaSlice<f64>; 2],
     cash_date: [CudaSlice<u32>; 2],
+    y: [CudaSlice<f64>; 2],
     a: CudaSlice<T>,
     b: CudaSlice<T>,
     x: CudaSlice<T>,
@@ -360,7 +360,7 @@ impl ChunkShape {
         let (m, d, nmax) = (self.m, self.d, self.nmax);
         (2 * self.steps - 1) * m * d * 8
             + (self.n_dates + 1) * d * 8
-            + 2 * m * (8 + 4)
+            + 2 * m * (8 + 4 + 8)
             + m * 8
             + (nmax * nmax + 2 * nmax) * es
             + std::mem::size_of::<GpuReport>()
@@ -407,6 +407,7 @@ impl ChunkShape {
             inner,
             cash: [stream.alloc_zeros(c * m)?, stream.alloc_zeros(c * m)?],
             cash_date: [stream.alloc_zeros(c * m)?, stream.alloc_zeros(c * m)?],
+            y: [stream.alloc_zeros(c * m)?, stream.alloc_zeros(c * m)?],
             a: stream.alloc_zeros(c * nmax * nmax)?,
             b: stream.alloc_zeros(c * nmax)?,
             x: stream.alloc_zeros(c * nmax)?,
@@ -1017,10 +1018,10 @@ impl<T: GpuReal> GpuEngine<T> {
                 &mut b.inner[set].slice_mut(0..c * stride),
                 MaturityCash {
                     date: mi as u32,
+                    next_df: (mi - 1 > k).then(|| self.discount[1]),
                     cash: &mut b.cash[set].slice_mut(0..c * m),
                     cash_date: &mut b.cash_date[set].slice_mut(0..c * m),
-                    // The build forms y from the cash flows (`BuildY::FromCash`).
-                    next: None,
+                    y: &mut b.y[set].slice_mut(0..c * m),
                 },
             )?;
         } else {
@@ -1211,11 +1212,11 @@ impl<T: GpuReal> GpuEngine<T> {
                         view,
                         payoff,
                         mi as u32,
-                        // No y: the build forms it from the cash flows.
-                        None,
+                        (mi - 1 > k).then(|| (mi - 1) as u32),
                         &discount,
                         &mut b.cash[set].slice_mut(0..c * m),
                         &mut b.cash_date[set].slice_mut(0..c * m),
+                        &mut b.y[set].slice_mut(0..c * m),
                     )?;
                     clock.mark(stream, Phase::Exposure, "cash init")?;
                 }
@@ -1233,12 +1234,7 @@ impl<T: GpuReal> GpuEngine<T> {
                     am.regression.build(
                         &states,
                         stride,
-                        BuildY::FromCash {
-                            cash: &b.cash[set].slice(0..c * m),
-                            cash_date: &b.cash_date[set].slice(0..c * m),
-                            discount: &discount,
-                            date: j as u32,
-                        },
+                        &b.y[set].slice(0..c * m),
                         c,
                         &mut b.a.slice_mut(0..c * n * n),
                         &mut b.b.slice_mut(0..c * n),
@@ -1295,8 +1291,8 @@ impl<T: GpuReal> GpuEngine<T> {
                         &b.counts.slice(0..c),
                         &b.payoffs.slice(0..c * m),
                         &discount,
-                        // No y: the next build forms it from the cash flows.
-                        (j as u32, None),
+                        (j as u32, (j - 1 > k).then(|| (j - 1) as u32)),
+                        &mut b.y[set].slice_mut(0..c * m),
                         &mut b.cash[set].slice_mut(0..c * m),
                         &mut b.cash_date[set].slice_mut(0..c * m),
                     )?;

@@ -289,10 +289,9 @@ __device__ __forceinline__ void engine_exercise_store(bool exercised, unsigned d
 // The exercise update at exercise date `date`, one warp per outer path l. The outer path
 // takes part where alive[l] and counts[l] > 0. Its continuation estimate is psi . beta
 // with beta = x[l * n ..] (converted to double) where the system was selected
-// (counts[l] >= n) and solved with status Ok; otherwise the fallback: the mean of the
-// discounted cash flows at `date`, cash * discount[cash_date - date] (the y of the
-// regression step, formed here as the previous step or the build forms it), over the
-// regression paths (payoff > 0 when itm_only, else all), divided by counts[l]. Where the payoff is positive and at least the
+// (counts[l] >= n) and solved with status Ok; otherwise the fallback: the mean of y (the
+// discounted cash flows at `date`) over the regression paths (payoff > 0 when itm_only,
+// else all), divided by counts[l]. Where the payoff is positive and at least the
 // continuation, the cash flow becomes the payoff, paid at `date`. Then, where
 // next_date >= 0, y = cash * discount[cash_date - next_date] for every inner path (also
 // of the outer paths that take no part): the next regression step's input.
@@ -335,9 +334,7 @@ __device__ __forceinline__ void engine_exercise_impl(
                 take = take && engine_payoff(s, kind, put, strike, ua, uw, nu) > 0.0;
                 engine_tile_done(T, tt);
             }
-            // y_j = cash * discount[cash_date - date], as the previous step stored it.
-            const long long t = l * m + mm0 + lane;
-            const double v = take ? cash[t] * discount[cash_date[t] - date] : 0.0;
+            const double v = take ? y[l * m + mm0 + lane] : 0.0;
             sum = engine_ordered_sum(sum, v, take, rows);
         }
         mean = sum / (double)count;
@@ -393,9 +390,9 @@ ENGINE_EXERCISE(engine_exercise_f32, float)
 // decision open reads the low words); the discount factors and the basis tables sit in
 // shared memory; alive, counts, the report and beta of an outer path are loaded while
 // the previous one is worked on. The states of an outer path that takes no part are not
-// copied (its cash flows are: y is updated for every inner path where next_date >= 0).
-// The fallback mean (fewer than n regression paths or no Ok solution, rare) reads the
-// stored payoffs and the cash flows and dates straight from global memory.
+// copied (its cash flows are: y is updated for every inner path). The fallback mean
+// (fewer than n regression paths or no Ok solution, rare) reads the stored payoffs
+// straight from global memory.
 //
 // The payoff itself is not evaluated here (no payoff tables): the stored payoffs stand for
 // it. Shared memory: discount[n_discount] | var_inv[n] | var_asset[n] int | parent[n] int
@@ -584,10 +581,7 @@ __device__ __forceinline__ void engine_exercise_stream_impl(
                     const int rows = min(32, m - mm0);
                     bool take = lane < rows;
                     if (itm_only) take = take && payoff[l * m + mm0 + lane] > 0.0;
-                    // y_j = cash * discount[cash_date - date], as the previous step
-                    // stored it (this outer path's cash flows are not updated yet).
-                    const long long t = l * m + mm0 + lane;
-                    const double v = take ? cash[t] * disc[cash_date[t] - date] : 0.0;
+                    const double v = take ? y[l * m + mm0 + lane] : 0.0;
                     sum = engine_ordered_sum(sum, v, take, rows);
                 }
                 mean = sum / (double)count;

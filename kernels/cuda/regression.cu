@@ -170,9 +170,7 @@ __device__ __forceinline__ void load_quad(const real* row, int q, real v[4]) {
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 regression_build_f64(const double* __restrict__ states, long long path_stride,
-                     const double* __restrict__ y, const double* __restrict__ cash,
-                     const unsigned* __restrict__ cash_date,
-                     const double* __restrict__ discount, unsigned date, double* __restrict__ A,
+                     const double* __restrict__ y, double* __restrict__ A,
                      double* __restrict__ B, unsigned* __restrict__ counts,
                      double* __restrict__ payoff, long long batch,
                      int m, int d, const int* __restrict__ chain_asset_g,
@@ -234,14 +232,7 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
     };
     const unsigned* const slh = (const unsigned*)(states + l * path_stride);
     const unsigned* const sll = slh + (long long)m * D;
-    // y of path mm: y[l m + mm], or (y null) cash[l m + mm] * discount[cash_date[..] - date],
-    // the product the exercise update would have stored: the cash flow is staged in place
-    // of y, its date loaded into a register one stage ahead (dq), and the product formed
-    // in the stage buffer once the chunk is there.
-    const bool from_cash = y == nullptr;
-    const double* const yl = (from_cash ? cash : y) + l * (long long)m;
-    const unsigned* const dl = cash_date + l * (long long)m;
-    unsigned dq[STAGES - 1] = {};
+    const double* const yl = y + l * (long long)m;
     double* const pl = payoff + l * (long long)m;
     // 16-byte copies of a plane when its chunks start on 16-byte boundaries (every chunk
     // starts 32 D words after the previous one).
@@ -259,34 +250,17 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
         }
         async_copy_commit();
     };
-    // The date of this lane's path of chunk c (from_cash), queued STAGES - 1 chunks ahead.
-    auto stage_date = [&](int c) {
-#pragma unroll
-        for (int k = 0; k + 1 < STAGES - 1; ++k) dq[k] = dq[k + 1];
-        const int p = c * TC_CHUNK + lane;
-        dq[STAGES - 2] = from_cash && c < chunks && p < m ? dl[p] : 0u;
-    };
-    for (int c = 0; c < STAGES - 1; ++c) {
-        stage(c);
-        stage_date(c);
-    }
+    for (int c = 0; c < STAGES - 1; ++c) stage(c);
 #pragma unroll 1
     for (int c = 0; c < chunks; ++c) {
-        const unsigned dc = dq[0];  // chunk c's date
         __syncwarp();  // every lane is done with the buffer chunk c + STAGES - 1 reuses
         stage(c + STAGES - 1);
-        stage_date(c + STAGES - 1);
         async_copy_wait<STAGES - 1>();  // chunk c's group is complete
-        const int np = min(TC_CHUNK, m - c * TC_CHUNK);
-        if (from_cash) {
-            __syncwarp();
-            double* const yc = yraw + (c % STAGES) * TC_CHUNK;
-            if (lane < np) yc[lane] = yc[lane] * discount[dc - date];
-        }
         __syncwarp();                   // and visible to the whole warp
         const unsigned* rbh = rawh + (c % STAGES) * (TC_CHUNK * D);
         const unsigned* rbl = rawl + (c % STAGES) * (TC_CHUNK * D);
         const double* yb = yraw + (c % STAGES) * TC_CHUNK;
+        const int np = min(TC_CHUNK, m - c * TC_CHUNK);
         bool f = false;
         if (lane < np) {
             const double pv = payoff_value(rbh + lane * D, rbl + lane * D, strike);
@@ -396,9 +370,7 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
 // ua, uw, nu and d (= D) are not read).
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 ENTRY(regression_build)(const double* __restrict__ states, long long path_stride,
-                        const double* __restrict__ y, const double* __restrict__ cash,
-                        const unsigned* __restrict__ cash_date,
-                        const double* __restrict__ discount, unsigned date, real* __restrict__ A,
+                        const double* __restrict__ y, real* __restrict__ A,
                         real* __restrict__ B, unsigned* __restrict__ counts,
                         double* __restrict__ payoff, long long batch,
                         int m, int d, const int* __restrict__ chain_asset_g,
@@ -438,13 +410,6 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
     if (warp < PREP_WARPS) {
         // This lane's path slot: regression g (may be >= G), path p of the chunk.
         const int g = tid / P, p = tid - g * P;
-        // y of path mm: y[l m + mm], or (y null) cash[l m + mm] * discount[cash_date[..] -
-        // date], the product the exercise update would have stored: the cash flow is
-        // staged in place of y, its date loaded into a register one stage ahead (dq), and
-        // the product formed in the stage buffer by the lane that staged it.
-        const bool from_cash = y == nullptr;
-        const double* const yg = from_cash ? cash : y;
-        unsigned dq[STAGES - 1] = {};
         // This lane's row positions lane + 32 k: element t = psi_elem(pos); `live` when t
         // is a basis function with a non-empty chain (its factors in registers). The other
         // lanes compute a throw-away value from asset 0 and store it into their warp's
@@ -496,37 +461,20 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
                                                  np == P && ((P * D) & 3) == 0, vecl, lane);
                 }
                 if (g < G && l0 + g < batch && p < np)
-                    async_copy8(yraw + (sb * G + g) * P + p, yg + (l0 + g) * m + p0 + p);
+                    async_copy8(yraw + (sb * G + g) * P + p, y + (l0 + g) * m + p0 + p);
             }
             async_copy_commit();
-        };
-        // The date of this lane's path (g, p) of chunk c (from_cash), queued STAGES - 1
-        // chunks ahead.
-        auto stage_date = [&](int c) {
-#pragma unroll
-            for (int k = 0; k + 1 < STAGES - 1; ++k) dq[k] = dq[k + 1];
-            const int pp = c * P + p;
-            dq[STAGES - 2] =
-                from_cash && c < chunks && g < G && l0 + g < batch && pp < m ? cash_date[(l0 + g) * m + pp] : 0u;
         };
         if (lane == 0)
             for (int j = 0; j < GROUPS_PER_WARP; ++j)
                 if (warp * GROUPS_PER_WARP + j < G) total[warp * GROUPS_PER_WARP + j] = 0;
         // STAGES - 1 chunks in flight ahead of the one being prepared.
-        for (int c = 0; c < STAGES - 1; ++c) {
-            stage(c);
-            stage_date(c);
-        }
+        for (int c = 0; c < STAGES - 1; ++c) stage(c);
         for (int c = 0; c < chunks; ++c) {
             const int buf = c & 1, sb = c % STAGES, np = min(P, m - c * P);
-            const unsigned dc = dq[0];  // the date of this lane's path of chunk c
             __syncwarp();  // every lane is done with the stage buffer chunk c + STAGES - 1 reuses
             stage(c + STAGES - 1);
-            stage_date(c + STAGES - 1);
             async_copy_wait<STAGES - 1>();  // chunk c's group is complete
-            // y from the cash flow this lane staged (from_cash): the exercise's product.
-            if (from_cash && g < G && l0 + g < batch && p < np)
-                yraw[(sb * G + g) * P + p] = yraw[(sb * G + g) * P + p] * discount[dc - date];
             __syncwarp();  // chunk c's copies by every lane of the warp are visible
             const unsigned* rbh = rawh + sb * (G * P * D);
             const unsigned* rbl = rawl + sb * (G * P * D);

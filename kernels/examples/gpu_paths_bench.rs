@@ -28,7 +28,7 @@ use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags};
 use cudarc::driver::{CudaSlice, CudaStream};
 use cva_kernels::cuda::paths::{GpuPaths, MarketSteps};
 use cva_kernels::cuda::regression::{
-    BasisTables, BuildY, GpuOptionKind, GpuPayoff, GpuRegression, GpuUnderlying, RegressionConfig,
+    BasisTables, GpuOptionKind, GpuPayoff, GpuRegression, GpuUnderlying, RegressionConfig,
     RegressionSpec,
 };
 use cva_kernels::cuda::{probe, GpuError, GpuReal};
@@ -131,7 +131,7 @@ fn bench_regression<T: GpuReal>(
                 kernel.build(
                     &states.slice(..),
                     stride,
-                    BuildY::Values(&y.slice(..)),
+                    &y.slice(..),
                     part,
                     &mut a.slice_mut(done * n * n..),
                     &mut b.slice_mut(done * n..),

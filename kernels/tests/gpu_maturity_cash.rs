@@ -124,7 +124,6 @@ fn check(
     let mut cash = poisoned(stream, outer * inner, f64::NAN);
     let mut cash_date = poisoned(stream, outer * inner, u32::MAX);
     let mut y = poisoned(stream, outer * inner, f64::NAN);
-    let mut y_view = y.as_view_mut();
     let pay_date = date + steps as u32;
     paying
         .inner_paths_paying(
@@ -136,9 +135,10 @@ fn check(
             &mut part.as_view_mut(),
             MaturityCash {
                 date: pay_date,
+                next_df,
                 cash: &mut cash.as_view_mut(),
                 cash_date: &mut cash_date.as_view_mut(),
-                next: next_df.map(|df| (df, &mut y_view)),
+                y: &mut y.as_view_mut(),
             },
         )
         .expect("inner paths paying");
@@ -274,9 +274,10 @@ fn paying_needs_a_compiled_payoff() {
         &mut out.as_view_mut(),
         MaturityCash {
             date: 1,
+            next_df: None,
             cash: &mut cash.as_view_mut(),
             cash_date: &mut cash_date.as_view_mut(),
-            next: Some((0.99, &mut y.as_view_mut())),
+            y: &mut y.as_view_mut(),
         },
     );
     assert!(r.is_err(), "paying without a compiled payoff must fail");

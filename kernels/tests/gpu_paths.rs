@@ -14,7 +14,7 @@ use cva_kernels::cuda::paths::{
     planes_to_states, states_to_planes, GpuPaths, MarketSteps, OUTER_STREAM,
 };
 use cva_kernels::cuda::regression::{
-    BasisTables, BuildY, GpuOptionKind, GpuPayoff, GpuRegression, GpuUnderlying, RegressionConfig,
+    BasisTables, GpuOptionKind, GpuPayoff, GpuRegression, GpuUnderlying, RegressionConfig,
     RegressionSpec,
 };
 use cva_kernels::cuda::GpuReal;
@@ -617,17 +617,7 @@ fn regression_case<T: GpuReal>(
     let states: Vec<f64> = (0..batch * path_stride)
         .map(|e| spots[e % d] * (0.25 * normal()).exp())
         .collect();
-    // The discounted cash flows as the engine forms them: y = cash * discount[cash_date -
-    // date] (the build's `BuildY::FromCash` forms the same product; both ways are run).
-    let date = 2u32;
-    let discount: Vec<f64> = (0..=4).map(|i| (-0.013 * f64::from(i)).exp()).collect();
-    let cash: Vec<f64> = (0..batch * m).map(|_| normal().abs() * 5.0).collect();
-    let cash_date: Vec<u32> = (0..batch * m).map(|t| date + 1 + (t % 3) as u32).collect();
-    let y: Vec<f64> = cash
-        .iter()
-        .zip(&cash_date)
-        .map(|(&cf, &cd)| cf * discount[(cd - date) as usize])
-        .collect();
+    let y: Vec<f64> = (0..batch * m).map(|_| normal().abs() * 5.0).collect();
     // Outer path 1 has no entering path when itm_only (its states are far out of the money).
     let mut states = states;
     if batch > 1 && spec.itm_only {
@@ -654,73 +644,28 @@ fn regression_case<T: GpuReal>(
         .clone_htod(&states_to_planes(&states, m * d))
         .unwrap();
     let y_dev = stream.clone_htod(&y).unwrap();
-    let cash_dev = stream.clone_htod(&cash).unwrap();
-    let cash_date_dev = stream.clone_htod(&cash_date).unwrap();
-    let discount_dev = stream.clone_htod(&discount).unwrap();
-    // Both ways of giving y, outputs poisoned before each.
-    let mut outputs = Vec::new();
-    for from_cash in [false, true] {
-        let mut a_dev: CudaSlice<T> = stream.clone_htod(&vec![T::NAN; batch * n * n]).unwrap();
-        let mut b_dev: CudaSlice<T> = stream.clone_htod(&vec![T::NAN; batch * n]).unwrap();
-        let mut c_dev: CudaSlice<u32> = stream.clone_htod(&vec![u32::MAX; batch]).unwrap();
-        let mut p_dev: CudaSlice<f64> = stream.clone_htod(&vec![f64::NAN; batch * m]).unwrap();
-        let (yv, cv, dv, disc) = (
-            y_dev.slice(..),
-            cash_dev.slice(..),
-            cash_date_dev.slice(..),
-            discount_dev.slice(..),
-        );
-        let y_arg = if from_cash {
-            BuildY::FromCash {
-                cash: &cv,
-                cash_date: &dv,
-                discount: &disc,
-                date,
-            }
-        } else {
-            BuildY::Values(&yv)
-        };
-        kernel
-            .build(
-                &states_dev.slice(offset..),
-                path_stride,
-                y_arg,
-                batch,
-                &mut a_dev.slice_mut(..),
-                &mut b_dev.slice_mut(..),
-                &mut c_dev.slice_mut(..),
-                &mut p_dev.slice_mut(..),
-            )
-            .unwrap();
-        outputs.push((
-            stream.clone_dtoh(&a_dev).unwrap(),
-            stream.clone_dtoh(&b_dev).unwrap(),
-            stream.clone_dtoh(&c_dev).unwrap(),
-            stream.clone_dtoh(&p_dev).unwrap(),
-        ));
-    }
-    let (a, b, c, payoffs) = outputs.swap_remove(0);
-    {
-        let (a2, b2, c2, p2) = &outputs[0];
-        let same_a = a
-            .iter()
-            .zip(a2)
-            .all(|(x, y)| x.to_f64().to_bits() == y.to_f64().to_bits());
-        let same_b = b
-            .iter()
-            .zip(b2)
-            .all(|(x, y)| x.to_f64().to_bits() == y.to_f64().to_bits());
-        let same_p = payoffs
-            .iter()
-            .zip(p2)
-            .all(|(x, y)| x.to_bits() == y.to_bits());
-        assert!(
-            same_a && same_b && &c == c2 && same_p,
-            "y formed from the cash flows gives other outputs than y given (a {same_a}, b {same_b}, payoffs {same_p})"
-        );
-    }
+    let mut a_dev: CudaSlice<T> = stream.clone_htod(&vec![T::NAN; batch * n * n]).unwrap();
+    let mut b_dev: CudaSlice<T> = stream.clone_htod(&vec![T::NAN; batch * n]).unwrap();
+    let mut c_dev: CudaSlice<u32> = stream.clone_htod(&vec![u32::MAX; batch]).unwrap();
+    let mut p_dev: CudaSlice<f64> = stream.clone_htod(&vec![f64::NAN; batch * m]).unwrap();
+    kernel
+        .build(
+            &states_dev.slice(offset..),
+            path_stride,
+            &y_dev.slice(..),
+            batch,
+            &mut a_dev.slice_mut(..),
+            &mut b_dev.slice_mut(..),
+            &mut c_dev.slice_mut(..),
+            &mut p_dev.slice_mut(..),
+        )
+        .unwrap();
+    let a = stream.clone_dtoh(&a_dev).unwrap();
+    let b = stream.clone_dtoh(&b_dev).unwrap();
+    let c = stream.clone_dtoh(&c_dev).unwrap();
     assert_eq!(c, c_ref, "counts");
     // Every inner path's payoff, entering or not: the bits of GpuPayoff::value.
+    let payoffs = stream.clone_dtoh(&p_dev).unwrap();
     for l in 0..batch {
         for mm in 0..m {
             let row = &states[offset + l * path_stride + mm * d..][..d];

@@ -523,7 +523,7 @@ impl EngineKernels {
     }
 
     /// `cash[l * m + mm] = payoff(state(l, mm))`, `cash_date = date`; with
-    /// `next = Some((j, y))` also `y = cash * discount[date - j]` (the first regression
+    /// `next_date = Some(j)` also `y = cash * discount[date - j]` (the first regression
     /// step's discounted cash flows). `discount[s] = e^{-r s dt}` must cover `date - j`.
     ///
     /// # Errors
@@ -534,18 +534,18 @@ impl EngineKernels {
         view: StateView,
         payoff: &DevicePayoff,
         date: u32,
-        next: Option<(u32, &mut CudaViewMut<f64>)>,
+        next_date: Option<u32>,
         discount: &CudaView<f64>,
         cash: &mut CudaViewMut<f64>,
         cash_date: &mut CudaViewMut<u32>,
+        y: &mut CudaViewMut<f64>,
     ) -> Result<(), GpuError> {
         view.check(payoff.max_asset)?;
         let total = view.c * view.m;
-        let next_date = next.as_ref().map(|(j, _)| *j);
-        let next_arg = next_date.map_or(-1, |j| j as i32);
+        let next = next_date.map_or(-1, |j| j as i32);
         if cash.len() < total
             || cash_date.len() < total
-            || next.as_ref().is_some_and(|(_, y)| y.len() < total)
+            || y.len() < total
             || next_date.is_some_and(|j| j > date || (date - j) as usize >= discount.len())
         {
             return Err(GpuError::Invalid("cash init: buffer too short".into()));
@@ -553,27 +553,22 @@ impl EngineKernels {
         if total == 0 {
             return Ok(());
         }
-        let null = 0u64;
         let t = TileArgs::new(&view, 0);
         let mut l = self.stream.launch_builder(&self.cash_init);
         t.push(&mut l, view.states, payoff);
         l.arg(&date)
-            .arg(&next_arg)
+            .arg(&next)
             .arg(discount)
             .arg(cash)
-            .arg(cash_date);
-        match next {
-            Some((_, y)) => l.arg(y),
-            None => l.arg(&null),
-        };
+            .arg(cash_date)
+            .arg(y);
         // SAFETY: the arguments match `engine_cash_init` in engine.cu (const double*,
         // long long, long long, int, int, int, int, int, int, int, int, double, const
         // int*, const double*, int, unsigned, int, const double*, double*, unsigned*,
         // double*).
         // The states hold (c-1)*stride + m*d elements and every payoff asset index is
-        // < d (`view.check`); the payoff tables hold `len` entries; cash and cash_date
-        // hold c*m, y too where next_date >= 0, else it is null and not touched
-        // (checked); discount covers date - next_date (checked); the shared
+        // < d (`view.check`); the payoff tables hold `len` entries; cash, cash_date and y
+        // hold c*m (checked); discount covers date - next_date (checked); the shared
         // memory is warps * per_warp doubles, each warp's share holding its `bufs` tile
         // buffers of 32 * ds doubles (16-byte aligned: per_warp is even); warps >= c
         // return first.
@@ -617,11 +612,9 @@ impl EngineKernels {
     /// The exercise update at exercise date `date` (see `engine_exercise_impl` in
     /// `engine.cu`): the coefficients of outer path `l` are `x[l * n ..]` (precision `T`)
     /// where it is alive with `counts >= n` and `reports[l]` says Ok; otherwise, where it
-    /// is alive with `counts > 0`, the continuation is the mean over its regression paths
-    /// of the discounted cash flows at `date`, `cash * discount[cash_date - date]` (the
-    /// y of this step, formed from the cash flows as the build forms it). With
-    /// `next = Some((j, y))`, `y` is then written with the discounted cash flows at `j`
-    /// (`cash * discount[cash_date - j]`, after the update) for every inner path. `payoffs` (`c * m`) holds
+    /// is alive with `counts > 0`, the continuation is the mean of `y` over its
+    /// regression paths. With `next_date = Some(j)`, `y` is then overwritten with the
+    /// discounted cash flows at `j` (the next step's input). `payoffs` (`c * m`) holds
     /// the payoff of every inner path at `l * m + mm`, as the regression build of this
     /// date stored it ([`super::regression::GpuRegression::build`]).
     ///
@@ -648,30 +641,29 @@ impl EngineKernels {
         counts: &CudaView<u32>,
         payoffs: &CudaView<f64>,
         discount: &CudaView<f64>,
-        (date, next): (u32, Option<(u32, &mut CudaViewMut<f64>)>),
+        (date, next_date): (u32, Option<u32>),
+        y: &mut CudaViewMut<f64>,
         cash: &mut CudaViewMut<f64>,
         cash_date: &mut CudaViewMut<u32>,
     ) -> Result<(), GpuError> {
         view.check(payoff.max_asset.max(basis.max_asset))?;
         let (c, m, n) = (view.c, view.m, basis.n);
-        let next_date = next.as_ref().map(|(j, _)| *j);
         if x.len() < c * n
             || payoffs.len() < c * m
             || reports.len() < c
             || alive.len() < c
             || counts.len() < c
-            || next.as_ref().is_some_and(|(_, y)| y.len() < c * m)
+            || y.len() < c * m
             || cash.len() < c * m
             || cash_date.len() < c * m
             || next_date.is_some_and(|j| j > date)
         {
             return Err(GpuError::Invalid("exercise: buffer too short".into()));
         }
-        let null = 0u64;
         if c == 0 || m == 0 {
             return Ok(());
         }
-        let next_arg = next_date.map_or(-1, |j| j as i32);
+        let next = next_date.map_or(-1, |j| j as i32);
         let inputs = ExerciseInputs {
             itm: i32::from(itm_only),
             n: n as i32,
@@ -700,12 +692,13 @@ impl EngineKernels {
                 .arg(&d32)
                 .arg(&ds);
             inputs.push(&mut l);
-            l.arg(&n_discount).arg(&date).arg(&next_arg);
-            match next {
-                Some((_, y)) => l.arg(y),
-                None => l.arg(&null),
-            };
-            l.arg(cash).arg(cash_date).arg(payoffs);
+            l.arg(&n_discount)
+                .arg(&date)
+                .arg(&next)
+                .arg(y)
+                .arg(cash)
+                .arg(cash_date)
+                .arg(payoffs);
             // SAFETY: the arguments match `engine_exercise_stream_{f64,f32}` for `T` (const
             // double*, long long, long long, int, int, int, then int, int, const int*,
             // const int*, const double*, int, const real*, const
@@ -726,12 +719,7 @@ impl EngineKernels {
         let mut l = self.stream.launch_builder(f);
         t.push(&mut l, view.states, payoff);
         inputs.push(&mut l);
-        l.arg(&date).arg(&next_arg);
-        match next {
-            Some((_, y)) => l.arg(y),
-            None => l.arg(&null),
-        };
-        l.arg(cash).arg(cash_date);
+        l.arg(&date).arg(&next).arg(y).arg(cash).arg(cash_date);
         // SAFETY: the arguments match `engine_exercise_{f64,f32}` for `T` (const double*,
         // long long, long long, int, int, int, int, int, int, int, int, double, const int*,
         // const double*, int, int, int, const int*, const int*, const double*, int,
@@ -739,10 +727,9 @@ impl EngineKernels {
         // double*, unsigned, int, double*, double*, unsigned*). States, payoff and basis
         // asset indices are checked by `view.check`; the basis tables hold n <= 64
         // entries (ENGINE_MAX_N, the local array; `DeviceBasis::new`); x holds c*n, the
-        // per-path arrays c, the cash flows c*m elements, and y c*m where next_date >= 0,
-        // else it is null and not touched (checked); GpuReport is
+        // per-path arrays c, y and the cash flows c*m elements (checked); GpuReport is
         // the 16-byte EngineReport; the cash dates lie in date..=maturity, and discount
-        // covers every offset from date and next_date (the caller's contract, as for the
+        // covers every offset from next_date (the caller's contract, as for the
         // regression build); shared memory per warp is the tile buffers plus n doubles
         // of beta (`WarpTiles::new(d, n)`); warps >= c return first.
         unsafe { l.launch(t.g.config(c)?) }?;

@@ -268,14 +268,15 @@ fn launch_1d(threads_needed: usize, block: usize, smem: usize) -> Result<LaunchC
 /// The cash flows of an American position at its maturity date, written by
 /// [`GpuPaths::inner_paths_paying`] instead of the last step's states: for inner path
 /// `mm` of outer path `l`, `cash[l * inner + mm]` = the payoff, `cash_date[..] = date`
-/// and, with `next = Some((df, y))`, `y[..] = payoff * df` (the first regression step's
+/// and, with `next_df = Some(df)`, `y[..] = payoff * df` (the first regression step's
 /// discounted cash flows), exactly as `EngineKernels::cash_init` writes them.
 #[derive(Debug)]
 pub struct MaturityCash<'a, 'b> {
     pub date: u32,
+    pub next_df: Option<f64>,
     pub cash: &'a mut CudaViewMut<'b, f64>,
     pub cash_date: &'a mut CudaViewMut<'b, u32>,
-    pub next: Option<(f64, &'a mut CudaViewMut<'b, f64>)>,
+    pub y: &'a mut CudaViewMut<'b, f64>,
 }
 
 impl GpuPaths {
@@ -573,7 +574,7 @@ impl GpuPaths {
         let total = outer * inner;
         if pay.cash.len() < total
             || pay.cash_date.len() < total
-            || pay.next.as_ref().is_some_and(|(_, y)| y.len() < total)
+            || (pay.next_df.is_some() && pay.y.len() < total)
         {
             return Err(GpuError::Invalid(
                 "inner paths: cash flow buffers too short".into(),
@@ -632,9 +633,9 @@ impl GpuPaths {
             let cfg = Self::fixed_config(outer * inner)?;
             let null = 0u64;
             let pay_step: i32 = if pay.is_some() { steps_arg - 1 } else { -1 };
-            let (pay_date, pay_df) = pay.as_ref().map_or((0u32, 0.0f64), |p| {
-                (p.date, p.next.as_ref().map_or(0.0, |(df, _)| *df))
-            });
+            let (pay_date, pay_df) = pay
+                .as_ref()
+                .map_or((0u32, 0.0f64), |p| (p.date, p.next_df.unwrap_or(0.0)));
             let mut l = self.stream.launch_builder(&self.inner);
             l.arg(&self.seed)
                 .arg(&first_outer)
@@ -651,10 +652,11 @@ impl GpuPaths {
             match pay {
                 Some(p) => {
                     l.arg(p.cash).arg(p.cash_date);
-                    match p.next {
-                        Some((_, y)) => l.arg(y),
-                        None => l.arg(&null),
-                    };
+                    if p.next_df.is_some() {
+                        l.arg(p.y);
+                    } else {
+                        l.arg(&null);
+                    }
                 }
                 None => {
                     l.arg(&null).arg(&null).arg(&null);

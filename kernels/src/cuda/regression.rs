@@ -350,24 +350,6 @@ fn block_threads(n: usize, g: usize, p: usize) -> usize {
 /// operands); 96 gave blocks of 352 threads (8 regressions of 8 paths) one block per SM.
 const REGISTER_BUDGET: usize = 80;
 
-/// The discounted cash flows `y` of [`GpuRegression::build`], for inner path `mm` of
-/// outer path `l`.
-#[derive(Debug, Clone, Copy)]
-pub enum BuildY<'a, 'b> {
-    /// Stored: `y[l * m + mm]`.
-    Values(&'a CudaView<'b, f64>),
-    /// Formed by the build: `cash[l * m + mm] * discount[cash_date[l * m + mm] - date]`,
-    /// the product the exercise update stores as y (`engine.cu`,
-    /// `engine_exercise_store`), so the same bits; every `cash_date - date` must index
-    /// `discount`.
-    FromCash {
-        cash: &'a CudaView<'b, f64>,
-        cash_date: &'a CudaView<'b, u32>,
-        discount: &'a CudaView<'b, f64>,
-        date: u32,
-    },
-}
-
 /// Resident blocks of `threads` per SM the kernel is compiled for (`MIN_BLOCKS`).
 fn min_blocks(threads: usize) -> usize {
     (65536 / (threads * REGISTER_BUDGET)).clamp(1, 2048 / threads)
@@ -690,8 +672,8 @@ impl<T: GpuReal> GpuRegression<T> {
     /// `l` in the block of `m * d` doubles at `l * path_stride`, held as two planes of
     /// 32-bit words (high words, then low words: [`super::paths::states_to_planes`]), as
     /// [`super::paths::GpuPaths::inner_paths`] stores them (the view starting at step
-    /// `j - k - 1` with `path_stride = steps * m * d`); `y`, the discounted cash flows
-    /// ([`BuildY`]: stored, or formed from the cash flows and their dates). Outputs: `a` (`batch * n * n`, lower triangles), `b`
+    /// `j - k - 1` with `path_stride = steps * m * d`); `y`, the discounted cash flow of
+    /// `(l, mm)` at `y[l * m + mm]`. Outputs: `a` (`batch * n * n`, lower triangles), `b`
     /// (`batch * n`), `counts` (`batch`, the number of entering paths) and `payoff`
     /// (`batch * m`: the payoff of every inner path at `l * m + mm`, the bits of
     /// [`GpuPayoff::value`], entering or not; the exercise update reads it).
@@ -703,7 +685,7 @@ impl<T: GpuReal> GpuRegression<T> {
         &self,
         states: &CudaView<f64>,
         path_stride: usize,
-        y: BuildY,
+        y: &CudaView<f64>,
         batch: usize,
         a: &mut CudaViewMut<T>,
         b: &mut CudaViewMut<T>,
@@ -715,23 +697,8 @@ impl<T: GpuReal> GpuRegression<T> {
             return Ok(());
         }
         let states_need = (batch - 1) * path_stride + m * d;
-        let y_len = match &y {
-            BuildY::Values(v) => v.len(),
-            BuildY::FromCash {
-                cash,
-                cash_date,
-                discount,
-                ..
-            } => {
-                if discount.is_empty() {
-                    0
-                } else {
-                    cash.len().min(cash_date.len())
-                }
-            }
-        };
         if states.len() < states_need
-            || y_len < batch * m
+            || y.len() < batch * m
             || a.len() < batch * n * n
             || b.len() < batch * n
             || counts.len() < batch
@@ -740,7 +707,7 @@ impl<T: GpuReal> GpuRegression<T> {
             return Err(GpuError::Invalid(format!(
                 "regression build of {batch}: states {} (need {states_need}), y {}, a {}, b {}, counts {}, payoff {}",
                 states.len(),
-                y_len,
+                y.len(),
                 a.len(),
                 b.len(),
                 counts.len(),
@@ -759,25 +726,10 @@ impl<T: GpuReal> GpuRegression<T> {
         let put = i32::from(self.spec.payoff.kind == GpuOptionKind::Put);
         let itm = i32::from(self.spec.itm_only);
         let strike = self.spec.payoff.strike;
-        let null = 0u64;
         let mut l = self.stream.launch_builder(&self.function);
-        l.arg(states).arg(&stride_arg);
-        let date_arg = match &y {
-            BuildY::Values(v) => {
-                l.arg(*v).arg(&null).arg(&null).arg(&null);
-                0u32
-            }
-            BuildY::FromCash {
-                cash,
-                cash_date,
-                discount,
-                date,
-            } => {
-                l.arg(&null).arg(*cash).arg(*cash_date).arg(*discount);
-                *date
-            }
-        };
-        l.arg(&date_arg)
+        l.arg(states)
+            .arg(&stride_arg)
+            .arg(y)
             .arg(a)
             .arg(b)
             .arg(counts)
@@ -800,16 +752,12 @@ impl<T: GpuReal> GpuRegression<T> {
             shared_mem_bytes: self.launch.shared_bytes as u32,
         };
         // SAFETY: the argument list matches `regression_build_{f32,f64}` in
-        // regression.cu, compiled for `T` (const double*, long long, const double* y,
-        // const double* cash, const unsigned* cash_date, const double* discount,
-        // unsigned date, real*, real*, unsigned*, double*, long long, int, int, const
-        // int*, const double*, int, int, double, const int*, const double*, int, int),
-        // y null exactly when cash, cash_date and discount are not (the kernel reads
-        // one or the other). Every buffer was checked above to hold what the kernel
-        // indexes for `batch` regressions (states up to (batch-1)*path_stride + m*d
-        // doubles, read as 2*m*d words per block, y or cash and cash_date batch*m, a
-        // batch*n*n, b batch*n, counts batch, payoff batch*m); discount is indexed at
-        // cash_date - date, which the caller keeps within it (`BuildY::FromCash`);
+        // regression.cu, compiled for `T` (const double*, long long, const double*,
+        // real*, real*, unsigned*, double*, long long, int, int, const int*, const
+        // double*, int, int, double, const int*, const double*, int, int). Every buffer
+        // was checked above to hold what the kernel indexes for `batch` regressions
+        // (states up to (batch-1)*path_stride + m*d doubles, read as 2*m*d words per
+        // block, y batch*m, a batch*n*n, b batch*n, counts batch, payoff batch*m);
         // the tables were uploaded with the lengths compiled in (N*DEG) or passed (nu);
         // the block size and dynamic shared memory are the ones the kernel was compiled
         // and sized for (THREADS, `shared`). Outputs are written only, inputs read only.
