@@ -322,6 +322,16 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
 #endif
     }
     const double inv = total > 0 ? 1.0 / (double)total : 0.0;
+    // Entry (r, cc) of the augmented matrix, scaled: A's lower triangle, or b in row N.
+    auto store = [&](int r, int cc, double sum) {
+        if (cc < N && r >= cc && r <= N) {
+            const double v = total > 0 ? sum * inv : 0.0;
+            if (r < N)
+                A[l * (N * N) + cc * N + r] = v;
+            else
+                B[l * N + cc] = v;
+        }
+    };
 #if TC_K == 8
     {
         int k = 0;
@@ -330,16 +340,8 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
 #pragma unroll
             for (int J = 0; J < NB && J <= 2 * R + 1; ++J, ++k)
 #pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const int r = 16 * R + (lane >> 2) + 8 * (i >> 1), cc = 8 * J + 2 * (lane & 3) + (i & 1);
-                    if (cc < N && r >= cc && r <= N) {
-                        const double v = total > 0 ? acc[k][i] * inv : 0.0;
-                        if (r < N)
-                            A[l * (N * N) + cc * N + r] = v;
-                        else
-                            B[l * N + cc] = v;
-                    }
-                }
+                for (int i = 0; i < 4; ++i)
+                    store(16 * R + (lane >> 2) + 8 * (i >> 1), 8 * J + 2 * (lane & 3) + (i & 1), acc[k][i]);
     }
 #else
 #pragma unroll
@@ -347,16 +349,8 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
 #pragma unroll
         for (int J = 0; J <= I; ++J)
 #pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                const int r = 8 * I + (lane >> 2), cc = 8 * J + 2 * (lane & 3) + i;
-                if (cc < N && r >= cc && r <= N) {
-                    const double v = total > 0 ? acc[I * (I + 1) / 2 + J][i] * inv : 0.0;
-                    if (r < N)
-                        A[l * (N * N) + cc * N + r] = v;
-                    else
-                        B[l * N + cc] = v;
-                }
-            }
+            for (int i = 0; i < 2; ++i)
+                store(8 * I + (lane >> 2), 8 * J + 2 * (lane & 3) + i, acc[I * (I + 1) / 2 + J][i]);
 #endif
     if (lane == 0) counts[l] = total;
 }
