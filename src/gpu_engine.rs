@@ -661,7 +661,7 @@ impl<T: GpuReal> GpuEngine<T> {
         // only leaves the allocation to `simulate`, which then halves the chunks.
         let m0 = sim.outer_paths;
         let es = std::mem::size_of::<T>();
-        let (compiled, rest, preallocated) = std::thread::scope(|scope| {
+        let (compiled, rest, kept) = std::thread::scope(|scope| {
             let preallocate = scope.spawn(|| -> Result<_, GpuError> {
                 let t = Instant::now();
                 let (free, _) = stream.context().mem_get_info()?;
@@ -732,15 +732,15 @@ impl<T: GpuReal> GpuEngine<T> {
             let paths_compiled = paths_compile
                 .join()
                 .unwrap_or_else(|e| std::panic::resume_unwind(e));
-            let preallocated = preallocate
+            let kept = preallocate
                 .join()
                 .unwrap_or_else(|e| std::panic::resume_unwind(e));
-            ((solver_compiled, paths_compiled), rest, preallocated)
+            ((solver_compiled, paths_compiled), rest, kept)
         });
         let t_solver = compiled.0?;
         let (paths, t_paths) = compiled.1?;
         let (kernels, t_kernels, payoffs, americans, t_rest) = rest?;
-        let (preallocated, t_alloc) = preallocated?;
+        let (kept, t_alloc) = kept?;
         if profile {
             for (name, t) in [
                 ("  solver kernels (NVRTC, own thread)", t_solver),
@@ -774,7 +774,7 @@ impl<T: GpuReal> GpuEngine<T> {
             discount,
             discount_dev,
             shape,
-            kept: std::sync::Mutex::new(preallocated),
+            kept: std::sync::Mutex::new(kept),
             startup: t0.elapsed(),
         })
     }

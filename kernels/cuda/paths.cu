@@ -543,12 +543,8 @@ __device__ __forceinline__ void exp_table_to_shared(double2* et) {
     __syncthreads();
 }
 
-// The compiled-in Philox key (the host's seed).
-__device__ __forceinline__ void fixed_keys(NormalStream& s) {
-    s.key0 = PATHS_KEY0;
-    s.key1 = PATHS_KEY1;
-    stream_prepare(s);
-}
+// The compiled-in Philox key (the host's seed), for stream_init.
+#define PATHS_SEED (((unsigned long long)PATHS_KEY1 << 32) | (unsigned long long)PATHS_KEY0)
 
 // Normals of the stream up to draw `end` (exclusive) into the ring (row = draw mod RING),
 // continuing from Philox block *next; at most 3 draws beyond `end` are generated, and
@@ -663,8 +659,7 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
     double* xs = xs_all + tid * SXS;
     float* zr = zr_all + tid;
     NormalStream ns;
-    stream_init(ns, seed, first_outer + (unsigned)l, date, (unsigned)mm);
-    fixed_keys(ns);
+    stream_init(ns, PATHS_SEED, first_outer + (unsigned)l, date, (unsigned)mm);
     if (live)
         for (int i = 0; i < PATHS_D; ++i) xs[i] = start[l * start_stride + i];
     unsigned next = 0;
@@ -772,8 +767,7 @@ outer_paths_fixed(unsigned long long seed, unsigned first_path, long long paths,
     double* xs = xs_all + tid * SXS;
     float* zr = zr_all + tid;
     NormalStream ns;
-    stream_init(ns, seed, first_path + (unsigned)l, 0u, OUTER_STREAM);
-    fixed_keys(ns);
+    stream_init(ns, PATHS_SEED, first_path + (unsigned)l, 0u, OUTER_STREAM);
     double* o = out + l * (long long)(steps + 1) * PATHS_D;
     for (int i = 0; i < PATHS_D; ++i) {
         xs[i] = spots[i];
