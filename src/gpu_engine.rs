@@ -44,6 +44,10 @@
 //! the host's gaps between them), per stream: the paths phase overlaps the others, so
 //! the phases add up to more than the wall time. `CVA_GPU_PROFILE=1` also prints them
 //! per piece.
+//!
+//! Development switches (environment, read at start-up): `CVA_GPU_PROFILE=1` (above),
+//! `CVA_GPU_PATHS_STREAM=0` (one stream), `CVA_GPU_DOUBLE=<piece>` (that piece launched
+//! twice, for measuring its energy: [`launches`]).
 
 use crate::basis::BasisFunctions;
 use crate::engine::last_maturity_after;
@@ -141,6 +145,22 @@ enum Phase {
     /// The engine stream waiting (for the path stream, or idle while the host works between
     /// dates): in the profile only, booked to no phase.
     Wait,
+}
+
+/// Launches of a piece of work per step: 1, or 2 for the piece named by the development
+/// switch `CVA_GPU_DOUBLE=paths|build|solve|exercise` (read once). Each of these pieces
+/// rewrites the same outputs from the same inputs, so a doubled run gives the same
+/// results; its extra time and energy are the piece's own. NVML's energy counter changes
+/// only every ~100 ms, far coarser than one run's pieces, so this is how the energy per
+/// piece is measured (benches/RESULTS.md, thirty-seventh session).
+fn launches(piece: &str) -> usize {
+    static DOUBLED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let doubled = DOUBLED.get_or_init(|| std::env::var("CVA_GPU_DOUBLE").ok());
+    if doubled.as_deref() == Some(piece) {
+        2
+    } else {
+        1
+    }
 }
 
 /// Device timings from CUDA events recorded between the pieces of work: each mark
@@ -1006,35 +1026,37 @@ impl<T: GpuReal> GpuEngine<T> {
         pclock.restart(pstream, "path stream waiting (set or host)")?;
         // The cash flows at maturity straight from the inner-path kernel (see
         // `pays_at_maturity`): its position is the one maturing at `last`.
-        if let Some(p) = self.pays_at_maturity {
-            let mi = positions[p].maturity_index;
-            debug_assert_eq!(mi, last);
-            self.paths.inner_paths_paying(
-                c0 as u32,
-                k as u32,
-                &b.outer.slice(k * d..),
-                outer_stride,
-                (c, m, steps),
-                &mut b.inner[set].slice_mut(0..c * stride),
-                MaturityCash {
-                    date: mi as u32,
-                    next_df: (mi - 1 > k).then(|| self.discount[1]),
-                    cash: &mut b.cash[set].slice_mut(0..c * m),
-                    cash_date: &mut b.cash_date[set].slice_mut(0..c * m),
-                    y: &mut b.y[set].slice_mut(0..c * m),
-                },
-            )?;
-        } else {
-            self.paths.inner_paths(
-                c0 as u32,
-                k as u32,
-                &b.outer.slice(k * d..),
-                outer_stride,
-                c,
-                m,
-                steps,
-                &mut b.inner[set].slice_mut(0..c * stride),
-            )?;
+        for _ in 0..launches("paths") {
+            if let Some(p) = self.pays_at_maturity {
+                let mi = positions[p].maturity_index;
+                debug_assert_eq!(mi, last);
+                self.paths.inner_paths_paying(
+                    c0 as u32,
+                    k as u32,
+                    &b.outer.slice(k * d..),
+                    outer_stride,
+                    (c, m, steps),
+                    &mut b.inner[set].slice_mut(0..c * stride),
+                    MaturityCash {
+                        date: mi as u32,
+                        next_df: (mi - 1 > k).then(|| self.discount[1]),
+                        cash: &mut b.cash[set].slice_mut(0..c * m),
+                        cash_date: &mut b.cash_date[set].slice_mut(0..c * m),
+                        y: &mut b.y[set].slice_mut(0..c * m),
+                    },
+                )?;
+            } else {
+                self.paths.inner_paths(
+                    c0 as u32,
+                    k as u32,
+                    &b.outer.slice(k * d..),
+                    outer_stride,
+                    c,
+                    m,
+                    steps,
+                    &mut b.inner[set].slice_mut(0..c * stride),
+                )?;
+            }
         }
         pclock.mark(pstream, Phase::Paths, "inner paths")?;
         Ok(Some(pstream.record_event(Some(
@@ -1231,16 +1253,18 @@ impl<T: GpuReal> GpuEngine<T> {
                         m,
                         d,
                     };
-                    am.regression.build(
-                        &states,
-                        stride,
-                        &b.y[set].slice(0..c * m),
-                        c,
-                        &mut b.a.slice_mut(0..c * n * n),
-                        &mut b.b.slice_mut(0..c * n),
-                        &mut b.counts.slice_mut(0..c),
-                        &mut b.payoffs.slice_mut(0..c * m),
-                    )?;
+                    for _ in 0..launches("build") {
+                        am.regression.build(
+                            &states,
+                            stride,
+                            &b.y[set].slice(0..c * m),
+                            c,
+                            &mut b.a.slice_mut(0..c * n * n),
+                            &mut b.b.slice_mut(0..c * n),
+                            &mut b.counts.slice_mut(0..c),
+                            &mut b.payoffs.slice_mut(0..c * m),
+                        )?;
+                    }
                     clock.mark(stream, Phase::Build, "regression build")?;
                     self.kernels.select::<T>(
                         n,
@@ -1257,16 +1281,18 @@ impl<T: GpuReal> GpuEngine<T> {
                         host_list_lengths: true,
                         ..GpuOptions::default()
                     };
-                    self.solver.solve_batched_gpu::<T>(
-                        n,
-                        &b.a.slice(0..c * n * n),
-                        &b.b.slice(0..c * n),
-                        &mut b.x.slice_mut(0..c * n),
-                        &mut b.reports.slice_mut(0..c),
-                        sim.strategy,
-                        &sim.solver_params,
-                        &options,
-                    )?;
+                    for _ in 0..launches("solve") {
+                        self.solver.solve_batched_gpu::<T>(
+                            n,
+                            &b.a.slice(0..c * n * n),
+                            &b.b.slice(0..c * n),
+                            &mut b.x.slice_mut(0..c * n),
+                            &mut b.reports.slice_mut(0..c),
+                            sim.strategy,
+                            &sim.solver_params,
+                            &options,
+                        )?;
+                    }
                     clock.mark(stream, Phase::Solve, "solve")?;
                     self.kernels.step_summary(
                         n,
@@ -1280,22 +1306,24 @@ impl<T: GpuReal> GpuEngine<T> {
                     )?;
                     clock.mark(stream, Phase::Solve, "step statistics")?;
 
-                    self.kernels.exercise::<T>(
-                        view,
-                        payoff,
-                        sim.itm_only,
-                        &am.basis,
-                        &b.x.slice(0..c * n),
-                        &b.reports.slice(0..c),
-                        &alive,
-                        &b.counts.slice(0..c),
-                        &b.payoffs.slice(0..c * m),
-                        &discount,
-                        (j as u32, (j - 1 > k).then(|| (j - 1) as u32)),
-                        &mut b.y[set].slice_mut(0..c * m),
-                        &mut b.cash[set].slice_mut(0..c * m),
-                        &mut b.cash_date[set].slice_mut(0..c * m),
-                    )?;
+                    for _ in 0..launches("exercise") {
+                        self.kernels.exercise::<T>(
+                            view,
+                            payoff,
+                            sim.itm_only,
+                            &am.basis,
+                            &b.x.slice(0..c * n),
+                            &b.reports.slice(0..c),
+                            &alive,
+                            &b.counts.slice(0..c),
+                            &b.payoffs.slice(0..c * m),
+                            &discount,
+                            (j as u32, (j - 1 > k).then(|| (j - 1) as u32)),
+                            &mut b.y[set].slice_mut(0..c * m),
+                            &mut b.cash[set].slice_mut(0..c * m),
+                            &mut b.cash_date[set].slice_mut(0..c * m),
+                        )?;
+                    }
                     clock.mark(stream, Phase::Exposure, "exercise")?;
                     chunk_steps.push((k, a, j, start));
                 }
