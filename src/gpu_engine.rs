@@ -148,11 +148,14 @@ enum Phase {
 }
 
 /// Launches of a piece of work per step: 1, or 2 for the piece named by the development
-/// switch `CVA_GPU_DOUBLE=paths|build|solve|exercise` (read once). Each of these pieces
-/// rewrites the same outputs from the same inputs, so a doubled run gives the same
-/// results; its extra time and energy are the piece's own. NVML's energy counter changes
-/// only every ~100 ms, far coarser than one run's pieces, so this is how the energy per
-/// piece is measured (benches/RESULTS.md, thirty-seventh session).
+/// switch `CVA_GPU_DOUBLE=paths|build|solve|exercise` (read once). The inner paths, the
+/// build and the solve rewrite the same outputs from the same inputs, so a doubled run
+/// gives the same results; so does the exercise, except for an outer path that falls
+/// back to the mean of y (fewer than n regression paths, or no solution), whose second
+/// launch averages the y the first one wrote (none does at basket29: the same bits,
+/// benches/RESULTS.md). The doubled run's extra time and energy are the piece's own.
+/// NVML's energy counter changes only every ~100 ms, far coarser than one run's pieces,
+/// so this is how the energy per piece is measured (thirty-seventh session).
 fn launches(piece: &str) -> usize {
     static DOUBLED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     let doubled = DOUBLED.get_or_init(|| std::env::var("CVA_GPU_DOUBLE").ok());
