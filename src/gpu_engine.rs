@@ -47,7 +47,7 @@
 //!
 //! Development switches (environment, read at start-up): `CVA_GPU_PROFILE=1` (above),
 //! `CVA_GPU_PATHS_STREAM=0` (one stream), `CVA_GPU_DOUBLE=<piece>` (that piece launched
-//! twice, for measuring its energy: [`launches`]).
+//! twice, for measuring its energy: [`GpuEngine::launches`]).
 
 use crate::basis::BasisFunctions;
 use crate::engine::last_maturity_after;
@@ -122,6 +122,9 @@ pub struct GpuEngine<T: GpuReal> {
     /// with the driver's out-of-memory error after queueing its second date's inner paths
     /// (work of both streams in flight), as a real one would in the solver's workspaces.
     test_oom_above: Option<usize>,
+    /// Development switch `CVA_GPU_DOUBLE=paths|build|solve|exercise`: the piece that
+    /// [`GpuEngine::launches`] launches twice per step.
+    doubled: Option<String>,
     /// `discount[s] = e^{-r s dt}`, `s = 0..=N`, and its device copy.
     discount: Vec<f64>,
     discount_dev: CudaSlice<f64>,
@@ -145,25 +148,6 @@ enum Phase {
     /// The engine stream waiting (for the path stream, or idle while the host works between
     /// dates): in the profile only, booked to no phase.
     Wait,
-}
-
-/// Launches of a piece of work per step: 1, or 2 for the piece named by the development
-/// switch `CVA_GPU_DOUBLE=paths|build|solve|exercise` (read once). The inner paths, the
-/// build and the solve rewrite the same outputs from the same inputs, so a doubled run
-/// gives the same results; so does the exercise, except for an outer path that falls
-/// back to the mean of y (fewer than n regression paths, or no solution), whose second
-/// launch averages the y the first one wrote (none does at basket29: the same bits,
-/// benches/RESULTS.md). The doubled run's extra time and energy are the piece's own.
-/// NVML's energy counter changes only every ~100 ms, far coarser than one run's pieces,
-/// so this is how the energy per piece is measured (thirty-seventh session).
-fn launches(piece: &str) -> usize {
-    static DOUBLED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    let doubled = DOUBLED.get_or_init(|| std::env::var("CVA_GPU_DOUBLE").ok());
-    if doubled.as_deref() == Some(piece) {
-        2
-    } else {
-        1
-    }
 }
 
 /// Device timings from CUDA events recorded between the pieces of work: each mark
@@ -557,6 +541,24 @@ pub fn estimate_on_device(
 }
 
 impl<T: GpuReal> GpuEngine<T> {
+    /// Launches of a piece of work per step: 1, or 2 for the piece named by the
+    /// development switch `CVA_GPU_DOUBLE=paths|build|solve|exercise` (read at start-up).
+    /// The inner paths, the build and the solve rewrite the same outputs from the same
+    /// inputs, so a doubled run gives the same results; so does the exercise, except for
+    /// an outer path that falls back to the mean of y (fewer than n regression paths, or
+    /// no solution), whose second launch averages the y the first one wrote (none does at
+    /// basket29: the same bits, benches/RESULTS.md). The doubled run's extra time and
+    /// energy are the piece's own. NVML's energy counter changes only every ~100 ms, far
+    /// coarser than one run's pieces, so this is how the energy per piece is measured
+    /// (thirty-seventh session).
+    fn launches(&self, piece: &str) -> usize {
+        if self.doubled.as_deref() == Some(piece) {
+            2
+        } else {
+            1
+        }
+    }
+
     /// Start-up: opens device 0, compiles every kernel the scenario needs (paths,
     /// regression builds, engine kernels, solvers), uploads the market and tables, and
     /// allocates the chunk buffers for the scenario's `outer_paths` on a thread of its
@@ -794,6 +796,7 @@ impl<T: GpuReal> GpuEngine<T> {
             test_oom_above: std::env::var("CVA_GPU_TEST_OOM_ABOVE")
                 .ok()
                 .and_then(|v| v.parse().ok()),
+            doubled: std::env::var("CVA_GPU_DOUBLE").ok(),
             discount,
             discount_dev,
             shape,
@@ -1029,7 +1032,7 @@ impl<T: GpuReal> GpuEngine<T> {
         pclock.restart(pstream, "path stream waiting (set or host)")?;
         // The cash flows at maturity straight from the inner-path kernel (see
         // `pays_at_maturity`): its position is the one maturing at `last`.
-        for _ in 0..launches("paths") {
+        for _ in 0..self.launches("paths") {
             if let Some(p) = self.pays_at_maturity {
                 let mi = positions[p].maturity_index;
                 debug_assert_eq!(mi, last);
@@ -1256,7 +1259,7 @@ impl<T: GpuReal> GpuEngine<T> {
                         m,
                         d,
                     };
-                    for _ in 0..launches("build") {
+                    for _ in 0..self.launches("build") {
                         am.regression.build(
                             &states,
                             stride,
@@ -1284,7 +1287,7 @@ impl<T: GpuReal> GpuEngine<T> {
                         host_list_lengths: true,
                         ..GpuOptions::default()
                     };
-                    for _ in 0..launches("solve") {
+                    for _ in 0..self.launches("solve") {
                         self.solver.solve_batched_gpu::<T>(
                             n,
                             &b.a.slice(0..c * n * n),
@@ -1309,7 +1312,7 @@ impl<T: GpuReal> GpuEngine<T> {
                     )?;
                     clock.mark(stream, Phase::Solve, "step statistics")?;
 
-                    for _ in 0..launches("exercise") {
+                    for _ in 0..self.launches("exercise") {
                         self.kernels.exercise::<T>(
                             view,
                             payoff,
