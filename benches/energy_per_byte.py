@@ -1,8 +1,9 @@
 # Energy per byte read from HBM against from L2 (benches/RESULTS.md, thirty-seventh session,
 # calls 3 and 4; on the GPU machine: python3 benches/energy_per_byte.py [spin]): a CuPy
-# kernel streams 16-byte loads over a buffer `reps` times (grid-stride, every element once per rep) and
-# writes one word per thread; the NVML energy counter (100 ms updates) over runs of ~3 s.
-import time, cupy as cp, pynvml as n
+# kernel streams 16-byte loads over a buffer `reps` times (grid-stride, every element once
+# per rep) and writes one word per thread; the NVML energy counter (100 ms updates) over
+# runs of ~3 s. `spin`: only the SMs-occupied-but-idle baselines (no buffers allocated).
+import sys, time, cupy as cp, pynvml as n
 n.nvmlInit(); h = n.nvmlDeviceGetHandleByIndex(0)
 src = r'''
 extern "C" __global__ void rd(const double2* __restrict__ a, long long n2, int reps, double* out) {
@@ -49,15 +50,14 @@ def meas(name, f, nbytes):
     time.sleep(1.0)
 time.sleep(1.0); e0 = energy(); time.sleep(3.0); IDLE = (energy() - e0) / 3.0
 print(f"idle: {IDLE:.0f} W", flush=True)
-big = cp.zeros(16 * 2**30 // 8, dtype=cp.float64)      # 16 GiB
-small = cp.zeros(16 * 2**20 // 8, dtype=cp.float64)    # 16 MiB (L2 is 50 MB)
-nb2, ns2 = big.size // 2, small.size // 2
-import sys
 if len(sys.argv) > 1 and sys.argv[1] == "spin":
     meas("spin, nanosleep (SMs occupied, ~idle)", lambda: spin((G,), (B,), (cp.int64(100_000_000), cp.int32(1), out)), 0)
     meas("spin, busy clock reads", lambda: spin((G,), (B,), (cp.int64(100_000_000), cp.int32(0), out)), 0)
     print("SM clock now:", n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM))
     sys.exit(0)
+big = cp.zeros(16 * 2**30 // 8, dtype=cp.float64)      # 16 GiB
+small = cp.zeros(16 * 2**20 // 8, dtype=cp.float64)    # 16 MiB (L2 is 50 MB)
+nb2, ns2 = big.size // 2, small.size // 2
 meas("HBM read 16 GiB x 4", lambda: rd((G,), (B,), (big, cp.int64(nb2), cp.int32(4), out)), 4 * big.nbytes)
 meas("L2 read 16 MiB x 4096", lambda: rd((G,), (B,), (small, cp.int64(ns2), cp.int32(4096), out)), 4096 * small.nbytes)
 meas("HBM write 16 GiB x 4", lambda: wr((G,), (B,), (big, cp.int64(nb2), cp.int32(4))), 4 * big.nbytes)
