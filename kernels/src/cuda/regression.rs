@@ -315,6 +315,11 @@ pub const TENSOR_CORE_CHUNK: usize = 32;
 /// take `4 NB (NB + 1) / 2` (40 for `n <= 31`), the chains `3 NB deg`.
 const TENSOR_CORE_REGISTER_BUDGET: usize = 128;
 
+/// Registers per thread that the tensor-core kernel's accumulators and per-lane chains may
+/// take (`tensor_cores_fit`, `tensor_core_step`): the rest of the budget above is the
+/// staging, addressing and payoff code's.
+const TENSOR_CORE_DATA_REGISTERS: usize = 96;
+
 /// Column blocks of 8 of the augmented `(n+1) x (n+1)` matrix (`NB` of the tensor-core
 /// kernel).
 fn column_blocks(n: usize) -> usize {
@@ -328,7 +333,7 @@ fn column_blocks(n: usize) -> usize {
 /// with up to 2).
 pub fn tensor_cores_fit(n: usize, deg: usize) -> bool {
     let nb = column_blocks(n);
-    4 * (nb * (nb + 1) / 2) + 3 * nb * deg <= 96
+    4 * (nb * (nb + 1) / 2) + 3 * nb * deg <= TENSOR_CORE_DATA_REGISTERS
 }
 
 /// Tiles of the lower triangle of the augmented `(n+1) x (n+1)` matrix.
@@ -389,7 +394,7 @@ pub fn tensor_core_step(n: usize, deg: usize, major: i32) -> usize {
     let nb = column_blocks(n);
     let nr = nb.div_ceil(2);
     let blocks = nr * (nr + 1) - usize::from(2 * nr > nb);
-    if major >= 9 && 8 * blocks + 3 * nb * deg <= 96 {
+    if major >= 9 && 8 * blocks + 3 * nb * deg <= TENSOR_CORE_DATA_REGISTERS {
         8
     } else {
         4
