@@ -33,7 +33,7 @@ extern "C" __global__ void fma64(int iters, double* out) {
 '''
 m = cp.RawModule(code=src)
 rd, wr, f64, spin = m.get_function("rd"), m.get_function("wr"), m.get_function("fma64"), m.get_function("spin")
-SM = 132; B = 512; G = SM * 4
+SM = cp.cuda.Device().attributes["MultiProcessorCount"]; B = 512; G = SM * 4
 out = cp.zeros(G * B, dtype=cp.float64)
 def energy(): return n.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0
 def meas(name, f, nbytes):
