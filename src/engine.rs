@@ -112,6 +112,36 @@ struct Setup<'a> {
     americans: Vec<American>,
 }
 
+impl<'a> Setup<'a> {
+    fn new(scenario: &'a Scenario) -> Self {
+        let sim = &scenario.simulation;
+        let n_dates = scenario.exposure_dates;
+        let dt = scenario.horizon / n_dates as f64;
+        let spots: Vec<f64> = scenario.market.assets.iter().map(|a| a.spot).collect();
+        Setup {
+            scenario,
+            n_dates,
+            m: sim.inner_paths,
+            d: scenario.market.assets.len(),
+            dynamics: Dynamics::new(&scenario.market, dt),
+            americans: scenario
+                .portfolio
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.style == Style::American)
+                .map(|(i, p)| American {
+                    position: i,
+                    basis: BasisFunctions::new(sim.basis, p.underlying.assets(), &spots),
+                })
+                .collect(),
+            spots,
+            discount: (0..=n_dates)
+                .map(|s| (-scenario.market.rate * dt * s as f64).exp())
+                .collect(),
+        }
+    }
+}
+
 /// The inner paths of one chunk of outer paths from exposure date `k`:
 /// `data[l * per_path + ((j - k - 1) * m + mm) * d + i]` is asset `i` of inner path `mm`
 /// of outer path `l` at date `j`, `k < j <= k + steps`.
@@ -185,29 +215,7 @@ pub fn simulate<T: Real>(
     let m0 = sim.outer_paths;
     let m = sim.inner_paths;
     let d = scenario.market.assets.len();
-    let dt = scenario.horizon / n_dates as f64;
-    let spots: Vec<f64> = scenario.market.assets.iter().map(|a| a.spot).collect();
-    let setup = Setup {
-        scenario,
-        n_dates,
-        m,
-        d,
-        dynamics: Dynamics::new(&scenario.market, dt),
-        americans: scenario
-            .portfolio
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.style == Style::American)
-            .map(|(i, p)| American {
-                position: i,
-                basis: BasisFunctions::new(sim.basis, p.underlying.assets(), &spots),
-            })
-            .collect(),
-        spots,
-        discount: (0..=n_dates)
-            .map(|s| (-scenario.market.rate * dt * s as f64).exp())
-            .collect(),
-    };
+    let setup = Setup::new(scenario);
     let positions = &scenario.portfolio;
 
     // Chunks of outer paths: bounded by memory, and about a tenth of the paths (at least
@@ -426,7 +434,8 @@ fn simulate_outer_paths(setup: &Setup, c0: usize, c: usize) -> Vec<f64> {
 }
 
 /// Inner paths of `c` outer paths from date `k` over `steps` dates, into `buf` in the
-/// layout of [`InnerPaths`].
+/// layout of [`InnerPaths`]. Inner path `mm` draws from stream (seed, `c0 + l`, `k`, `mm`);
+/// with `simulation.antithetic`, odd `mm` instead takes the negated normals of `mm - 1`.
 fn simulate_inner_paths(
     setup: &Setup,
     outer: &[f64],
@@ -438,6 +447,7 @@ fn simulate_inner_paths(
 ) {
     let (m, d, n_dates) = (setup.m, setup.d, setup.n_dates);
     let seed = setup.scenario.simulation.seed;
+    let antithetic = setup.scenario.simulation.antithetic;
     let per_path = steps * m * d;
     buf.resize(c * per_path, 0.0);
     buf.par_chunks_mut(per_path)
@@ -447,8 +457,13 @@ fn simulate_inner_paths(
             let (mut w, mut s) = (vec![0.0; d], vec![0.0; d]);
             let start = &outer[(l * (n_dates + 1) + k) * d..][..d];
             for mm in 0..m {
-                let stream = NormalStream::new(seed, (c0 + l) as u32, k as u32, mm as u32);
-                stream.fill(0, &mut z);
+                if antithetic && mm % 2 == 1 {
+                    // The pair's second path: the first one's normals, negated.
+                    z.iter_mut().for_each(|v| *v = -*v);
+                } else {
+                    let stream = NormalStream::new(seed, (c0 + l) as u32, k as u32, mm as u32);
+                    stream.fill(0, &mut z);
+                }
                 s.copy_from_slice(start);
                 for step in 0..steps {
                     setup
@@ -666,5 +681,118 @@ fn regression_step<T: Real>(
         summary,
         reports,
         too_few_paths,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two assets, correlated, 3 dates.
+    fn scenario(antithetic: bool, inner: usize) -> Scenario {
+        let text = format!(
+            "market:
+  rate: 0.03
+  assets:
+    - {{name: A, spot: 100.0, volatility: 0.3, dividend_yield: 0.01}}
+    - {{name: B, spot: 50.0, volatility: 0.2, dividend_yield: 0.0}}
+  correlation: [[1.0, 0.4], [0.4, 1.0]]
+dates: {{horizon: 1.5, exposure_dates: 3}}
+portfolio:
+  - {{style: american, kind: put, underlying: {{asset: A}}, strike: 100.0, maturity: 1.5, quantity: 1.0}}
+counterparty: {{hazard_rate: 0.02, recovery_rate: 0.4}}
+simulation: {{outer_paths: 5, inner_paths: {inner}, basis: linear, itm_only: false, seed: 17, antithetic: {antithetic}}}
+"
+        );
+        Scenario::parse(&text, "t", &[]).unwrap()
+    }
+
+    /// With `antithetic`, inner path 2j is the plain run's path 2j, and path 2j + 1 is
+    /// driven by the negation of 2j's normals: its log-return from the start, added to
+    /// 2j's, is twice the drift (to rounding), and it is the step applied to -z exactly.
+    #[test]
+    fn antithetic_inner_paths_pair_negated_normals() {
+        let (m, c, k, steps) = (6usize, 3usize, 1usize, 2usize);
+        let (plain_sc, anti_sc) = (scenario(false, m), scenario(true, m));
+        let (plain_set, anti_set) = (Setup::new(&plain_sc), Setup::new(&anti_sc));
+        let outer = simulate_outer_paths(&plain_set, 2, c);
+        assert_eq!(
+            outer,
+            simulate_outer_paths(&anti_set, 2, c),
+            "outer paths changed"
+        );
+        let (mut plain, mut anti) = (Vec::new(), Vec::new());
+        simulate_inner_paths(&plain_set, &outer, 2, c, k, steps, &mut plain);
+        simulate_inner_paths(&anti_set, &outer, 2, c, k, steps, &mut anti);
+        let d = 2;
+        let at = |buf: &[f64], l: usize, s: usize, mm: usize| -> Vec<f64> {
+            buf[l * steps * m * d + (s * m + mm) * d..][..d].to_vec()
+        };
+        let n_dates = 3;
+        for l in 0..c {
+            let start = &outer[(l * (n_dates + 1) + k) * d..][..d];
+            for mm in 0..m {
+                // The independent reference: the stream of the pair's first path, its
+                // normals negated for the second, through Dynamics::step.
+                let stream = NormalStream::new(17, (2 + l) as u32, k as u32, (mm & !1) as u32);
+                let mut z = vec![0.0; steps * d];
+                stream.fill(0, &mut z);
+                if mm % 2 == 1 {
+                    z.iter_mut().for_each(|v| *v = -*v);
+                }
+                let (mut s, mut w) = (start.to_vec(), vec![0.0; d]);
+                for st in 0..steps {
+                    anti_set
+                        .dynamics
+                        .step(&mut s, &z[st * d..(st + 1) * d], &mut w);
+                    assert_eq!(at(&anti, l, st, mm), s, "outer {l} inner {mm} step {st}");
+                    if mm % 2 == 0 {
+                        assert_eq!(at(&plain, l, st, mm), s, "even path {mm} not the plain one");
+                    } else {
+                        assert_ne!(at(&plain, l, st, mm), s, "odd path {mm} not antithetic");
+                        // log(S_odd / S_0) + log(S_even / S_0): the drift twice over.
+                        let even = at(&anti, l, st, mm - 1);
+                        for i in 0..d {
+                            let sum = (s[i] / start[i]).ln() + (even[i] / start[i]).ln();
+                            let a = &anti_sc.market.assets[i];
+                            let dt = 0.5 * (st + 1) as f64;
+                            let drift = (anti_sc.market.rate
+                                - a.dividend_yield
+                                - 0.5 * a.volatility * a.volatility)
+                                * dt;
+                            assert!(
+                                (sum - 2.0 * drift).abs() < 1e-12,
+                                "{sum} vs {}",
+                                2.0 * drift
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn antithetic_needs_an_even_number_of_inner_paths() {
+        let text = "market:
+  rate: 0.03
+  assets: [{name: A, spot: 100.0, volatility: 0.3}]
+dates: {horizon: 1.0, exposure_dates: 2}
+portfolio: [{style: european, kind: call, underlying: {asset: A}, strike: 100.0, maturity: 1.0, quantity: 1.0}]
+counterparty: {hazard_rate: 0.02, recovery_rate: 0.4}
+simulation: {outer_paths: 5, inner_paths: 7, basis: linear, itm_only: false, seed: 1, antithetic: true}
+";
+        let e = Scenario::parse(text, "t", &[]).unwrap_err().to_string();
+        assert!(
+            e.contains("simulation.antithetic") && e.contains('7'),
+            "{e}"
+        );
+        let ok = text.replace("inner_paths: 7", "inner_paths: 8");
+        assert!(
+            Scenario::parse(&ok, "t", &[])
+                .unwrap()
+                .simulation
+                .antithetic
+        );
     }
 }

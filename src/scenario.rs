@@ -115,6 +115,8 @@ struct RawSimulation {
     inner_paths: serde_yaml_ng::Value,
     basis: serde_yaml_ng::Value,
     itm_only: bool,
+    #[serde(default)]
+    antithetic: bool,
     #[serde(default = "default_precision")]
     precision: Precision,
     #[serde(default = "default_solver")]
@@ -373,6 +375,10 @@ pub struct Simulation {
     pub basis: Basis,
     /// Regress on in-the-money inner paths only.
     pub itm_only: bool,
+    /// Antithetic inner paths: inner path `2j + 1` of every (outer path, date) is driven by
+    /// the negated normals of inner path `2j` (whose stream it shares), so each pair's
+    /// shocks are `z` and `-z`. Needs an even `inner_paths`. Outer paths are unaffected.
+    pub antithetic: bool,
     pub precision: Precision,
     pub strategy: cva_kernels::Strategy,
     pub solver_params: cva_kernels::SolverParams,
@@ -824,6 +830,12 @@ fn validate(raw: RawScenario, default_name: &str) -> Result<Scenario, ScenarioEr
     if inner_paths > u32::MAX as usize - 1 {
         return err("simulation.inner_paths", "must be below 2^32 - 1");
     }
+    if s.antithetic && inner_paths % 2 != 0 {
+        return err(
+            "simulation.antithetic",
+            format!("needs an even number of inner paths (pairs), got {inner_paths}"),
+        );
+    }
 
     Ok(Scenario {
         name: raw.name.unwrap_or_else(|| default_name.to_string()),
@@ -841,6 +853,7 @@ fn validate(raw: RawScenario, default_name: &str) -> Result<Scenario, ScenarioEr
             inner_paths_rule,
             basis,
             itm_only: s.itm_only,
+            antithetic: s.antithetic,
             precision: s.precision,
             strategy,
             solver_params,

@@ -145,6 +145,21 @@ fn fewer_inner_paths_than_basis_functions() {
 }
 
 #[test]
+fn antithetic_with_an_odd_number_of_inner_paths() {
+    rejects(
+        &american_put(),
+        &[
+            "--set",
+            "simulation.inner_paths=301",
+            "--set",
+            "simulation.antithetic=true",
+        ],
+        "simulation.antithetic",
+        "even",
+    );
+}
+
+#[test]
 fn recovery_outside_unit_interval() {
     let t = replace(&american_put(), "recovery_rate: 0.4", "recovery_rate: 1.5");
     rejects(&t, &[], "counterparty.recovery_rate", "[0, 1]");
