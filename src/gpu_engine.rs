@@ -62,7 +62,7 @@ use cva_kernels::cuda::engine::driver::{
 use cva_kernels::cuda::engine::{
     DeviceBasis, DevicePayoff, EngineKernels, StateView, StepRecord, STEP_RECORD_WORDS,
 };
-use cva_kernels::cuda::paths::{GpuPaths, MarketSteps, MaturityCash};
+use cva_kernels::cuda::paths::{GpuPaths, MarketSteps, MaturityCash, PathsOptions};
 use cva_kernels::cuda::regression::{
     BasisTables, GpuOptionKind, GpuPayoff, GpuRegression, GpuUnderlying, RegressionConfig,
     RegressionSpec,
@@ -713,16 +713,14 @@ impl<T: GpuReal> GpuEngine<T> {
                     vol: &vol,
                     factor: factor.as_deref(),
                 };
-                match pays_candidate {
-                    Some(p) => GpuPaths::with_maturity_payoff(
-                        &paths_stream,
-                        &market,
-                        sim.seed,
-                        &gpu_payoff(scenario, p),
-                    ),
-                    None => GpuPaths::new(&paths_stream, &market, sim.seed),
-                }
-                .map(|p| (p, t.elapsed()))
+                let payoff = pays_candidate.map(|p| gpu_payoff(scenario, p));
+                let options = PathsOptions {
+                    payoff: payoff.as_ref(),
+                    antithetic: sim.antithetic,
+                    ..PathsOptions::default()
+                };
+                GpuPaths::with_options(&paths_stream, &market, sim.seed, options)
+                    .map(|p| (p, t.elapsed()))
             });
             let rest = (|| -> Result<_, GpuError> {
                 let t = Instant::now();

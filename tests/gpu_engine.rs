@@ -76,13 +76,18 @@ fn compare_solver_stats(file: &str, gpu: &Path, cpu: &Path) -> usize {
 /// that the CVAs agree to 5% of the standard error and that `solver_stats.parquet`
 /// has the same columns and steps.
 fn gpu_matches_cpu(file: &str, outer: usize) {
+    gpu_matches_cpu_with(file, outer, &[]);
+}
+
+/// [`gpu_matches_cpu`] with more command-line arguments for both runs.
+fn gpu_matches_cpu_with(file: &str, outer: usize, extra: &[&str]) {
     let sc = scenario(file);
     let set = format!("simulation.outer_paths={outer}");
     let mut runs = Vec::new();
     let mut dirs = Vec::new();
     for backend in ["gpu", "cpu"] {
         let dir = tempfile::tempdir().unwrap();
-        let args = [
+        let mut args = vec![
             "--set",
             set.as_str(),
             "--set",
@@ -90,6 +95,7 @@ fn gpu_matches_cpu(file: &str, outer: usize) {
             "--backend",
             backend,
         ];
+        args.extend_from_slice(extra);
         let s = run_json(&sc, dir.path(), &args);
         assert_eq!(s["backend"].as_str(), Some(backend), "{s}");
         let profile = epe(dir.path());
@@ -252,6 +258,16 @@ fn gpu_matches_cpu_on_american_put() {
 #[ignore = "needs a CUDA GPU"]
 fn gpu_matches_cpu_on_basket29() {
     gpu_matches_cpu("basket29.yaml", 300);
+}
+
+/// Antithetic inner paths (the fixed path kernel's lane pairs sharing their normals):
+/// independent assets (basket29) and a correlated market (the netting set).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_matches_cpu_with_antithetic_inner_paths() {
+    let anti = ["--set", "simulation.antithetic=true"];
+    gpu_matches_cpu_with("basket29.yaml", 300, &anti);
+    gpu_matches_cpu_with("netting_set.yaml", 300, &anti);
 }
 
 #[test]

@@ -6,6 +6,9 @@
 // r = sqrt(-2 ln u1), u1 = (w1 + 0.5) / 2^32, (z0, z1) = (r cos a, r sin a) with
 // a = 2 pi (w2 + 0.5) / 2^32, as doubles; four normals per Philox block, in order.
 // A path's normals are drawn in one run: step s, asset i uses draw s * d + i.
+// Antithetic inner paths (PATHS_ANTITHETIC 1, src/engine.rs, an even number of inner
+// paths): inner path 2j + 1 draws from inner path 2j's stream and negates every normal
+// (the f32 sign bit, before any use), so the pair's shocks are z and -z. Outer paths never.
 //
 // Dynamics: exact GBM step S_i <- S_i * exp(drift_i + vol_i * w_i), w = C z with C the
 // row-major lower-triangular correlation factor (w = z when there is none); the sum
@@ -248,9 +251,17 @@ __device__ __forceinline__ void box_muller_f32(unsigned w1, unsigned w2, float* 
 // The normal stream of one (outer path, date, inner path), consumed in order. y0, hia
 // and loa are the parts of Philox's first two rounds that do not depend on the block
 // (stream_prepare): the counter's words 1-3 are the stream's, only word 0 is the block.
+#ifndef PATHS_ANTITHETIC
+#define PATHS_ANTITHETIC 0
+#endif
+
+// `neg`: with PATHS_ANTITHETIC, the sign bit (0 or 0x80000000) that stream_block_f32
+// puts on every normal (the antithetic path of a pair); 0 otherwise. `pair_mask`: the
+// live lanes of the warp, for the fixed kernel's pair-shared fill (fill_ring).
 struct NormalStream {
     unsigned key0, key1, inner, date, outer, block;
     unsigned y0, hia, loa;
+    unsigned neg, pair_mask;
     int pos;
     double b0, b1, b2, b3;
 };
@@ -294,6 +305,8 @@ __device__ __forceinline__ void stream_init(NormalStream& s, unsigned long long 
     s.date = date;
     s.outer = outer;
     s.block = 0;
+    s.neg = 0;
+    s.pair_mask = 0;
     s.pos = 4;
     s.b0 = s.b1 = s.b2 = s.b3 = 0.0;
     stream_prepare(s);
@@ -306,6 +319,12 @@ __device__ __forceinline__ void stream_block_f32(const NormalStream& s, unsigned
     const U32x4 r = stream_philox(s, block);
     box_muller_f32(r.x, r.y, z0, z1);
     box_muller_f32(r.z, r.w, z2, z3);
+#if PATHS_ANTITHETIC
+    *z0 = __int_as_float(__float_as_int(*z0) ^ s.neg);
+    *z1 = __int_as_float(__float_as_int(*z1) ^ s.neg);
+    *z2 = __int_as_float(__float_as_int(*z2) ^ s.neg);
+    *z3 = __int_as_float(__float_as_int(*z3) ^ s.neg);
+#endif
 }
 
 // The same normals widened to double.
@@ -465,7 +484,12 @@ extern "C" __global__ void inner_paths(unsigned long long seed, unsigned first_o
     const long long l = t / inner;
     const int mm = (int)(t - l * inner);
     NormalStream ns;
+#if PATHS_ANTITHETIC
+    stream_init(ns, seed, first_outer + (unsigned)l, date, (unsigned)mm & ~1u);
+    ns.neg = ((unsigned)mm & 1u) << 31;
+#else
     stream_init(ns, seed, first_outer + (unsigned)l, date, (unsigned)mm);
+#endif
     for (int i = 0; i < d; ++i) x[i * ld] = start[l * start_stride + i];
     const long long plane = (long long)inner * d;
     unsigned* o = (unsigned*)out + 2 * l * steps * plane + (long long)mm * d;
@@ -503,8 +527,16 @@ extern "C" __global__ void inner_paths(unsigned long long seed, unsigned first_o
 // once), 0.174 (16 once, 20 twice), 0.177 (16 thrice), 0.171 (29: the whole step, twice
 // or four times), 0.173-0.174 (10, 12 twice), 0.180 (24 twice), 0.182-0.191 (12 thrice,
 // 8 twice).
+// With PATHS_ANTITHETIC the fill runs ahead by up to 7 draws instead of 3 (fill_ring), and
+// chunk 9 keeps the ring at 16 rows (11 blocks per SM; chunk 12 would take 20 rows and
+// one block per SM): measured (H200, basket29 100k antithetic, thirty-ninth session) 0.332
+// / 0.333 s against 0.336 / 0.337 (chunk 12) and 0.331 / 0.334 (chunk 8).
 #ifndef PATHS_CHUNK
+#if PATHS_ANTITHETIC
+#define PATHS_CHUNK 9
+#else
 #define PATHS_CHUNK 12
+#endif
 #endif
 // PATHS_FILL_UNROLL: Philox blocks per iteration of the ring's fill loop (their Box-Muller
 // transforms overlap).
@@ -519,7 +551,13 @@ extern "C" __global__ void inner_paths(unsigned long long seed, unsigned first_o
 #define PATHS_PRAGMA(x) _Pragma(#x)
 #define PATHS_UNROLL_BY(k) PATHS_PRAGMA(unroll k)
 #define PATHS_CH (PATHS_CHUNK < PATHS_D ? PATHS_CHUNK : PATHS_D)
+// With PATHS_ANTITHETIC the inner kernel's fill generates two Philox blocks per
+// iteration (fill_ring), up to 7 draws beyond its end: a ring of >= chunk + 7 rows.
+#if PATHS_ANTITHETIC
+#define RING (((PATHS_CH + 10) / 4) * 4)
+#else
 #define RING (((PATHS_CH + 6) / 4) * 4)
+#endif
 #define LDX (PATHS_BLOCK + 1)  // odd row stride of the ring: conflict-free
 // A thread's states xs_all[tid * SXS + i] (i < d): an odd stride, so that the 64-bit
 // accesses of a half-warp fall in distinct banks; for odd d (SXS = d) the block's states
@@ -549,9 +587,40 @@ __device__ __forceinline__ void exp_table_to_shared(double2* et) {
 // Normals of the stream up to draw `end` (exclusive) into the ring (row = draw mod RING),
 // continuing from Philox block *next; at most 3 draws beyond `end` are generated, and
 // the ring keeps them until the next step uses them.
+// PAIRS (the inner kernel with PATHS_ANTITHETIC): the two threads of a pair (lanes 2j and
+// 2j + 1 of a warp, inner paths 2j and 2j + 1 of one outer path: the number of inner paths
+// is even and the block size too) share the stream, and each generates every other
+// Philox block: per iteration lane 2j block b, lane 2j + 1 block b + 1 (b even), their
+// four normals exchanged by shuffles, then both blocks into each thread's ring, the odd
+// lane's negated. Half the Philox and Box-Muller work per thread; up to 7 draws beyond
+// `end` (RING is sized for it). The same normals as stream_block_f32 with `neg` set.
+template <bool PAIRS = false>
 __device__ __forceinline__ void fill_ring(float* zr, unsigned* next, unsigned end,
                                           const NormalStream& ns) {
     unsigned b = *next;
+#if PATHS_ANTITHETIC
+    if (PAIRS) {
+        const unsigned odd = threadIdx.x & 1u;
+        const unsigned sign = odd << 31;
+        PATHS_UNROLL_BY(PATHS_FILL_UNROLL)
+        for (; 4u * b < end; b += 2) {
+            float z[4], o[4];
+            stream_block_f32(ns, b + odd, &z[0], &z[1], &z[2], &z[3]);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) o[i] = __shfl_xor_sync(ns.pair_mask, z[i], 1);
+            const unsigned row0 = (4u * b) % RING, row1 = (4u * b + 4u) % RING;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const float e = odd ? o[i] : z[i];  // block b (the even lane's)
+                const float f = odd ? z[i] : o[i];  // block b + 1 (the odd lane's)
+                zr[(row0 + i) * LDX] = __int_as_float(__float_as_int(e) ^ sign);
+                zr[(row1 + i) * LDX] = __int_as_float(__float_as_int(f) ^ sign);
+            }
+        }
+        *next = b;
+        return;
+    }
+#endif
     PATHS_UNROLL_BY(PATHS_FILL_UNROLL)
     for (; 4u * b < end; ++b) {
         float z0, z1, z2, z3;
@@ -568,10 +637,11 @@ __device__ __forceinline__ void fill_ring(float* zr, unsigned* next, unsigned en
 // The normal of draw first + k (asset k < PATHS_D of the step whose draws start at
 // `first`) from the ring, which is filled PATHS_CH assets ahead at each chunk's first
 // asset; *row (the ring's row of that draw) advances to the next draw's.
+template <bool PAIRS = false>
 __device__ __forceinline__ double ring_normal(int k, float* zr, unsigned* row, unsigned first,
                                               unsigned* next, const NormalStream& ns) {
     if (k % PATHS_CH == 0)
-        fill_ring(zr, next, first + (k + PATHS_CH < PATHS_D ? k + PATHS_CH : PATHS_D), ns);
+        fill_ring<PAIRS>(zr, next, first + (k + PATHS_CH < PATHS_D ? k + PATHS_CH : PATHS_D), ns);
     const double z = (double)zr[*row * LDX];
     // A ring of a power-of-two size wraps by a mask (a mask for the compare and
     // select: one instruction fewer per asset in the SASS at basket29).
@@ -585,6 +655,7 @@ __device__ __forceinline__ double ring_normal(int k, float* zr, unsigned* row, u
 // forms it (it starts from 0.0 + C_i0 z_0; starting from C_i0 z_0 changes the sum only
 // when every product is -0.0, and then only its sign, which leaves drift + vol * w and
 // the state unchanged).
+template <bool PAIRS = false>
 __device__ __forceinline__ void gbm_step_fixed(double* xs, float* zr, unsigned first,
                                                unsigned* next, const NormalStream& ns,
                                                const double2* et) {
@@ -603,7 +674,7 @@ __device__ __forceinline__ void gbm_step_fixed(double* xs, float* zr, unsigned f
         for (int j = 0; j < PATHS_GROUP; ++j) {
             const int k = k0 + j;
             if (k < PATHS_D) {
-                const double z = ring_normal(k, zr, &row, first, next, ns);
+                const double z = ring_normal<PAIRS>(k, zr, &row, first, next, ns);
 #if PATHS_FACTOR
 #pragma unroll
                 for (int i = k; i < PATHS_D; ++i) {
@@ -659,7 +730,15 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
     double* xs = xs_all + tid * SXS;
     float* zr = zr_all + tid;
     NormalStream ns;
+#if PATHS_ANTITHETIC
+    // The pair's stream; the odd lane's sign is applied by fill_ring<true>. Live threads
+    // are a prefix of the block and come in pairs (an even number of inner paths).
+    static_assert(PATHS_BLOCK % 2 == 0, "pairs of lanes");
+    stream_init(ns, PATHS_SEED, first_outer + (unsigned)l, date, (unsigned)mm & ~1u);
+    ns.pair_mask = __ballot_sync(0xffffffffu, live);
+#else
     stream_init(ns, PATHS_SEED, first_outer + (unsigned)l, date, (unsigned)mm);
+#endif
     if (live)
         for (int i = 0; i < PATHS_D; ++i) xs[i] = start[l * start_stride + i];
     unsigned next = 0;
@@ -694,7 +773,7 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
 #endif
     for (int s = 0; s < steps; ++s) {
         if (live) {
-            gbm_step_fixed(xs, zr, (unsigned)s * PATHS_D, &next, ns, et);
+            gbm_step_fixed<PATHS_ANTITHETIC != 0>(xs, zr, (unsigned)s * PATHS_D, &next, ns, et);
         }
 #if PATHS_PAYOFF
         if (s == pay_step) {  // the same for every thread: no barrier is skipped

@@ -11,7 +11,7 @@ mod common;
 use common::stream;
 use cudarc::driver::{CudaSlice, CudaStream};
 use cva_kernels::cuda::paths::{
-    planes_to_states, states_to_planes, GpuPaths, MarketSteps, OUTER_STREAM,
+    planes_to_states, states_to_planes, GpuPaths, MarketSteps, PathsOptions, OUTER_STREAM,
 };
 use cva_kernels::cuda::regression::{
     BasisTables, GpuOptionKind, GpuPayoff, GpuRegression, GpuUnderlying, RegressionConfig,
@@ -208,8 +208,13 @@ impl Market {
         start: &[f64],
         steps: usize,
     ) -> Vec<f64> {
+        let z = cpu_normals(seed, outer, date, inner, steps * self.d);
+        self.path_from_normals(&z, start, steps)
+    }
+
+    /// A path of `steps` steps from `start` driven by the normals `z` (`steps * d`).
+    fn path_from_normals(&self, z: &[f64], start: &[f64], steps: usize) -> Vec<f64> {
         let d = self.d;
-        let z = cpu_normals(seed, outer, date, inner, steps * d);
         let mut s = start.to_vec();
         let mut out = Vec::with_capacity(steps * d);
         for k in 0..steps {
@@ -492,6 +497,134 @@ fn correlated_paths_match_cpu() {
 #[ignore = "needs a CUDA GPU"]
 fn independent_paths_match_cpu() {
     check_paths(false, 3);
+}
+
+/// Antithetic inner paths (`PathsOptions::antithetic`): inner path 2j + 1 is driven by
+/// the negated normals of inner path 2j's stream. The fixed kernel (whose lane pairs share
+/// the Philox work) against the generic one (each thread its own stream, negated) bit for
+/// bit, both against the CPU reference; the even paths are the plain module's; odd inner
+/// counts are refused; the outer paths do not change.
+fn check_antithetic_paths(correlated: bool, d: usize) {
+    let Some(stream) = stream() else { return };
+    let market = Market::new(d, correlated, 11 + d as u64);
+    let seed = 0x0a11_7e71_0000_0003u64 ^ d as u64;
+    let options = PathsOptions {
+        antithetic: true,
+        ..PathsOptions::default()
+    };
+    let fixed = GpuPaths::with_options(&stream, &market.steps(), seed, options).unwrap();
+    let generic = GpuPaths::with_options(
+        &stream,
+        &market.steps(),
+        seed,
+        PathsOptions {
+            allow_fixed: false,
+            ..options
+        },
+    )
+    .unwrap();
+    let plain = GpuPaths::new(&stream, &market.steps(), seed).unwrap();
+    assert!(fixed.is_fixed() && !generic.is_fixed() && plain.is_fixed());
+    let (paths, steps, first) = (333usize, 9usize, 500u32);
+    let outer_of = |g: &GpuPaths| {
+        let mut out: CudaSlice<f64> = stream
+            .clone_htod(&vec![f64::NAN; paths * (steps + 1) * d])
+            .unwrap();
+        g.outer_paths(first, paths, steps, &mut out.slice_mut(..))
+            .unwrap();
+        (stream.clone_dtoh(&out).unwrap(), out)
+    };
+    let (outer_host, outer) = outer_of(&fixed);
+    let same_bits = |a: &[f64], b: &[f64]| {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+    };
+    assert!(
+        same_bits(&outer_host, &outer_of(&plain).0)
+            && same_bits(&outer_host, &outer_of(&generic).0),
+        "outer paths changed by the antithetic module"
+    );
+    // Fewer inner paths than a block (the general copy), more (blocks spanning two outer
+    // paths, a partial last block).
+    for inner in [38usize, 150] {
+        let (k, isteps) = (2usize, 6usize);
+        let run_inner = |g: &GpuPaths| {
+            let mut out: CudaSlice<f64> = stream
+                .clone_htod(&vec![f64::NAN; paths * isteps * inner * d])
+                .unwrap();
+            g.inner_paths(
+                first,
+                k as u32,
+                &outer.slice(k * d..),
+                (steps + 1) * d,
+                paths,
+                inner,
+                isteps,
+                &mut out.slice_mut(..),
+            )
+            .unwrap();
+            planes_to_states(&stream.clone_dtoh(&out).unwrap(), inner * d)
+        };
+        let got = run_inner(&fixed);
+        let mut cpu = vec![0.0; got.len()];
+        for l in 0..paths {
+            let start = &outer_host[(l * (steps + 1) + k) * d..][..d];
+            for mm in 0..inner {
+                let mut z = cpu_normals(
+                    seed,
+                    first + l as u32,
+                    k as u32,
+                    (mm & !1) as u32,
+                    isteps * d,
+                );
+                if mm % 2 == 1 {
+                    z.iter_mut().for_each(|v| *v = -*v);
+                }
+                let p = market.path_from_normals(&z, start, isteps);
+                for s in 0..isteps {
+                    cpu[((l * isteps + s) * inner + mm) * d..][..d]
+                        .copy_from_slice(&p[s * d..(s + 1) * d]);
+                }
+            }
+        }
+        let (rel, ulps) = compare(&got, &cpu);
+        let generic_same = same_bits(&got, &run_inner(&generic));
+        // The even paths of the pairs are the plain module's paths.
+        let plain_inner = run_inner(&plain);
+        let even_same = (0..paths * isteps).all(|r| {
+            (0..inner).step_by(2).all(|mm| {
+                let e = (r * inner + mm) * d;
+                same_bits(&got[e..e + d], &plain_inner[e..e + d])
+            })
+        });
+        let eq = got.iter().zip(&cpu).filter(|(a, b)| a == b).count();
+        println!(
+            "antithetic paths d={d} {} inner {inner}: fixed = generic bitwise {generic_same}, even paths = plain {even_same}, {:.2}% bitwise with the CPU, max rel {rel:.3e} ({ulps} ulp)",
+            if correlated { "correlated" } else { "independent" },
+            100.0 * eq as f64 / cpu.len() as f64,
+        );
+        assert!(generic_same && even_same);
+        assert!(rel < 1e-12, "antithetic paths differ from the CPU: {rel:e}");
+    }
+    let mut out: CudaSlice<f64> = stream.clone_htod(&vec![0.0; 7 * d]).unwrap();
+    let odd = fixed.inner_paths(
+        first,
+        1,
+        &outer.slice(..),
+        (steps + 1) * d,
+        1,
+        7,
+        1,
+        &mut out.slice_mut(..),
+    );
+    assert!(odd.is_err(), "7 antithetic inner paths accepted");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn antithetic_paths_match_cpu() {
+    check_antithetic_paths(false, 29);
+    check_antithetic_paths(true, 5);
+    check_antithetic_paths(false, 1);
 }
 
 // ---- Regression build

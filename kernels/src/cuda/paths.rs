@@ -248,6 +248,33 @@ pub struct GpuPaths {
     /// A maturity payoff is compiled into the fixed inner kernel
     /// ([`GpuPaths::inner_paths_paying`]).
     pays: bool,
+    /// Inner paths in antithetic pairs ([`PathsOptions::antithetic`]).
+    antithetic: bool,
+}
+
+/// How [`GpuPaths::with_options`] compiles the path module.
+#[derive(Debug, Clone, Copy)]
+pub struct PathsOptions<'a> {
+    /// Compile the market into the kernels when it qualifies (module doc); `false` always
+    /// gives the generic kernels.
+    pub allow_fixed: bool,
+    /// A maturity payoff for [`GpuPaths::inner_paths_paying`] (fixed kernels only).
+    pub payoff: Option<&'a GpuPayoff>,
+    /// Antithetic inner paths, as the CPU engine's `simulation.antithetic`: inner path
+    /// `2j + 1` of every (outer path, date) takes the negated normals of inner path `2j`
+    /// (from `2j`'s stream). The inner kernels then need an even number of inner paths.
+    /// In the fixed kernel the two threads of a pair share the Philox and Box–Muller work.
+    pub antithetic: bool,
+}
+
+impl Default for PathsOptions<'_> {
+    fn default() -> Self {
+        Self {
+            allow_fixed: true,
+            payoff: None,
+            antithetic: false,
+        }
+    }
 }
 
 /// One thread per path: blocks of `block` threads, `smem` bytes of dynamic shared memory.
@@ -289,7 +316,7 @@ impl GpuPaths {
         market: &MarketSteps,
         seed: u64,
     ) -> Result<Self, GpuError> {
-        Self::with_kernels(stream, market, seed, true, None)
+        Self::with_options(stream, market, seed, PathsOptions::default())
     }
 
     /// As [`GpuPaths::new`], with `payoff` compiled into the fixed inner kernel so that
@@ -305,7 +332,15 @@ impl GpuPaths {
         seed: u64,
         payoff: &GpuPayoff,
     ) -> Result<Self, GpuError> {
-        Self::with_kernels(stream, market, seed, true, Some(payoff))
+        Self::with_options(
+            stream,
+            market,
+            seed,
+            PathsOptions {
+                payoff: Some(payoff),
+                ..PathsOptions::default()
+            },
+        )
     }
 
     /// Whether [`GpuPaths::inner_paths_paying`] is available.
@@ -324,7 +359,15 @@ impl GpuPaths {
         market: &MarketSteps,
         seed: u64,
     ) -> Result<Self, GpuError> {
-        Self::with_kernels(stream, market, seed, false, None)
+        Self::with_options(
+            stream,
+            market,
+            seed,
+            PathsOptions {
+                allow_fixed: false,
+                ..PathsOptions::default()
+            },
+        )
     }
 
     /// Whether the market is compiled into the kernels (see the module doc).
@@ -332,13 +375,22 @@ impl GpuPaths {
         self.fixed
     }
 
-    fn with_kernels(
+    /// The path module compiled as `options` says (the constructors above are its
+    /// common cases).
+    ///
+    /// # Errors
+    /// As [`GpuPaths::new`].
+    pub fn with_options(
         stream: &Arc<CudaStream>,
         market: &MarketSteps,
         seed: u64,
-        allow_fixed: bool,
-        payoff: Option<&GpuPayoff>,
+        options: PathsOptions,
     ) -> Result<Self, GpuError> {
+        let PathsOptions {
+            allow_fixed,
+            payoff,
+            antithetic,
+        } = options;
         let d = market.spots.len();
         if d == 0 || market.drift.len() != d || market.vol.len() != d {
             return Err(GpuError::Invalid(format!(
@@ -375,6 +427,9 @@ impl GpuPaths {
         if needs_exp_fallback(market) {
             src = format!("#define PATHS_EXP_FALLBACK 1\n{src}");
         }
+        if antithetic {
+            src = format!("#define PATHS_ANTITHETIC 1\n{src}");
+        }
         let cubin = compile_cubin(&src, "paths.cu", &format!("sm_{major}{minor}"))?;
         let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin))?;
         let (outer_name, inner_name) = if fixed {
@@ -403,6 +458,7 @@ impl GpuPaths {
             shared_optin,
             fixed,
             pays,
+            antithetic,
         })
     }
 
@@ -612,6 +668,11 @@ impl GpuPaths {
         }
         if outer == 0 || inner == 0 || steps == 0 {
             return Ok(());
+        }
+        if self.antithetic && inner % 2 != 0 {
+            return Err(GpuError::Invalid(format!(
+                "antithetic inner paths: {inner} is odd (pairs needed)"
+            )));
         }
         if start.len() < (outer - 1) * start_stride + d {
             return Err(GpuError::Invalid(format!(
