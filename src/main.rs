@@ -153,8 +153,16 @@ fn run(args: RunArgs) -> Result<()> {
             s.value_t0, s.value_t0_std_error
         );
         println!(
-            "paths           {} outer x {} inner, {} dates over {} years",
-            s.outer_paths, s.inner_paths, s.exposure_dates, s.horizon
+            "paths           {} outer x {} inner{}, {} dates over {} years",
+            s.outer_paths,
+            s.inner_paths,
+            if s.antithetic {
+                " (antithetic pairs)"
+            } else {
+                ""
+            },
+            s.exposure_dates,
+            s.horizon
         );
         println!(
             "regression      basis {}, {} precision, strategy {}",

@@ -28,6 +28,8 @@ pub struct Summary {
     pub exposure_dates: usize,
     pub outer_paths: usize,
     pub inner_paths: usize,
+    /// Inner paths in antithetic pairs (`simulation.antithetic`).
+    pub antithetic: bool,
     pub basis: String,
     pub precision: String,
     pub strategy: String,
@@ -73,6 +75,7 @@ pub fn summary_frame(s: &Summary) -> Result<DataFrame> {
                 Column::new(k.as_str().into(), vec![x.as_f64().unwrap_or(f64::NAN)])
             }
             serde_json::Value::Null => Column::new(k.as_str().into(), vec![None::<f64>]),
+            serde_json::Value::Bool(x) => Column::new(k.as_str().into(), vec![*x]),
             other => anyhow::bail!("unexpected summary field {k}: {other}"),
         };
         cols.push(c);

@@ -175,6 +175,7 @@ pub fn run(scenario: &Scenario, threads: usize, progress: &dyn Progress) -> Resu
         exposure_dates: scenario.exposure_dates,
         outer_paths: sim.outer_paths,
         inner_paths: sim.inner_paths,
+        antithetic: sim.antithetic,
         basis: sim.basis.describe(),
         precision: sim.precision.name().into(),
         strategy: sim.strategy.name().into(),

@@ -36,11 +36,17 @@ fn basket29_reports_have_expected_shape() {
         "cva_std_error",
         "value_t0",
         "outer_paths",
+        "antithetic",
         "systems_solved",
         "wall_seconds",
     ] {
         assert!(summary.column(c).is_ok(), "summary.parquet lacks {c}");
     }
+    assert_eq!(
+        summary.column("antithetic").unwrap().bool().unwrap().get(0),
+        Some(false)
+    );
+    assert_eq!(s["antithetic"].as_bool(), Some(false));
     assert_eq!(
         summary.column("cva").unwrap().f64().unwrap().get(0),
         Some(f(&s, "cva"))
