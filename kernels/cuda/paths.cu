@@ -248,13 +248,13 @@ __device__ __forceinline__ void box_muller_f32(unsigned w1, unsigned w2, float* 
     *z1 = r * __int_as_float(__float_as_int(s0) ^ ((q & 2) << 30));
 }
 
-// The normal stream of one (outer path, date, inner path), consumed in order. y0, hia
-// and loa are the parts of Philox's first two rounds that do not depend on the block
-// (stream_prepare): the counter's words 1-3 are the stream's, only word 0 is the block.
 #ifndef PATHS_ANTITHETIC
 #define PATHS_ANTITHETIC 0
 #endif
 
+// The normal stream of one (outer path, date, inner path), consumed in order. y0, hia
+// and loa are the parts of Philox's first two rounds that do not depend on the block
+// (stream_prepare): the counter's words 1-3 are the stream's, only word 0 is the block.
 // `neg`: with PATHS_ANTITHETIC, the sign bit (0 or 0x80000000) that stream_block_f32
 // puts on every normal (the antithetic path of a pair); 0 otherwise. `pair_mask`: the
 // live lanes of the warp, for the fixed kernel's pair-shared fill (fill_ring).
