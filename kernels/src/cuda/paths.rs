@@ -10,6 +10,10 @@
 //! CPU's libm), the rest of the arithmetic being rounded identically (`--fmad=false`,
 //! IEEE division and square root).
 //!
+//! With [`PathsOptions::antithetic`] the inner paths come in antithetic pairs (the CPU
+//! engine's `simulation.antithetic`): inner path `2j + 1` is driven by the negated normals
+//! of inner path `2j`'s stream.
+//!
 //! Markets of at most [`FIXED_MAX_ASSETS`] assets with finite parameters get kernels
 //! compiled for them (`inner_paths_fixed`, `outer_paths_fixed`): `d`, the drifts, the
 //! volatilities and the correlation factor are constants of the module, the step is
@@ -577,10 +581,12 @@ impl GpuPaths {
     /// Simulates `inner` inner paths of `steps` steps for each of `outer` outer paths
     /// (global indices `first_outer + l`) from their states at exposure date `date`:
     /// outer path `l` starts at `start[l * start_stride .. + d]`. Output layout in the
-    /// module doc (`outer * steps * inner * d` elements).
+    /// module doc (`outer * steps * inner * d` elements). In a module compiled with
+    /// [`PathsOptions::antithetic`], inner path `2j + 1` takes the negated normals of `2j`.
     ///
     /// # Errors
-    /// [`GpuError::Invalid`] if a buffer is too short, driver errors.
+    /// [`GpuError::Invalid`] if a buffer is too short or, in an antithetic module, `inner`
+    /// is odd; driver errors.
     #[allow(clippy::too_many_arguments)]
     pub fn inner_paths(
         &self,
