@@ -474,6 +474,8 @@ pub struct RunBenchRow {
     pub precision: String,
     pub outer_paths: usize,
     pub inner_paths: usize,
+    /// Inner paths in antithetic pairs (`simulation.antithetic`).
+    pub antithetic: bool,
     /// Wall time of the simulation (GPU: after start-up), seconds.
     pub wall_seconds: f64,
     pub paths_seconds: f64,
@@ -542,6 +544,7 @@ pub fn run(args: &RunBenchArgs) -> Result<()> {
             precision: s.precision.clone(),
             outer_paths: s.outer_paths,
             inner_paths: s.inner_paths,
+            antithetic: s.antithetic,
             wall_seconds: s.wall_seconds,
             paths_seconds: s.paths_seconds,
             regression_build_seconds: s.regression_build_seconds,
@@ -611,6 +614,7 @@ pub fn run(args: &RunBenchArgs) -> Result<()> {
                 column(r, "precision", |x| x.precision.clone()),
                 u("outer_paths", |x| x.outer_paths),
                 u("inner_paths", |x| x.inner_paths),
+                column(r, "antithetic", |x| x.antithetic),
                 column(r, "wall_seconds", |x| x.wall_seconds),
                 column(r, "paths_seconds", |x| x.paths_seconds),
                 column(r, "regression_build_seconds", |x| {

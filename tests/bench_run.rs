@@ -48,4 +48,9 @@ fn bench_run_on_the_cpu_prints_json_and_writes_parquet() {
         .unwrap();
     assert_eq!(df.height(), 1);
     assert!(df.column("path_steps_per_second").is_ok());
+    assert_eq!(r["antithetic"], false);
+    assert_eq!(
+        df.column("antithetic").unwrap().bool().unwrap().get(0),
+        Some(false)
+    );
 }
