@@ -385,6 +385,44 @@ fn sqrt_pos_f32_is_correctly_rounded() {
     assert!(gen.sqrt_pos_f32_mismatches(1, 1 << 20).unwrap() > 0);
 }
 
+/// Whether `a` and `b` hold the same doubles bit for bit.
+fn same_bits(a: &[f64], b: &[f64]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+/// Where [`inner_on_device`] takes its inner paths from: outer paths `first..first +
+/// paths` of `steps` steps on the device (layout of `GpuPaths::outer_paths`), date `k`.
+struct InnerCase<'a> {
+    outer: &'a CudaSlice<f64>,
+    first: u32,
+    paths: usize,
+    steps: usize,
+    k: usize,
+    inner: usize,
+    isteps: usize,
+}
+
+/// The inner paths of `g` for `c` into a NaN-poisoned buffer, back on the host (from the
+/// two planes of words into doubles, `[l][s][mm][i]`).
+fn inner_on_device(stream: &Arc<CudaStream>, g: &GpuPaths, c: &InnerCase) -> Vec<f64> {
+    let d = g.assets();
+    let mut out: CudaSlice<f64> = stream
+        .clone_htod(&vec![f64::NAN; c.paths * c.isteps * c.inner * d])
+        .unwrap();
+    g.inner_paths(
+        c.first,
+        c.k as u32,
+        &c.outer.slice(c.k * d..),
+        (c.steps + 1) * d,
+        c.paths,
+        c.inner,
+        c.isteps,
+        &mut out.slice_mut(..),
+    )
+    .unwrap();
+    planes_to_states(&stream.clone_dtoh(&out).unwrap(), c.inner * d)
+}
+
 fn check_paths(correlated: bool, d: usize) {
     let Some(stream) = stream() else { return };
     let market = Market::new(d, correlated, 7 + d as u64);
@@ -416,25 +454,16 @@ fn check_paths(correlated: bool, d: usize) {
     // contiguous copy of odd d, blocks spanning two outer paths, a partial last block).
     for inner in [37usize, 150] {
         let (k, isteps) = (3usize, 5usize);
-        // The inner paths of `g` into a NaN-poisoned buffer, back on the host (from the
-        // two planes of words into doubles).
-        let run_inner = |g: &GpuPaths| {
-            let mut out: CudaSlice<f64> = stream
-                .clone_htod(&vec![f64::NAN; paths * isteps * inner * d])
-                .unwrap();
-            g.inner_paths(
-                first,
-                k as u32,
-                &outer.slice(k * d..),
-                (steps + 1) * d,
-                paths,
-                inner,
-                isteps,
-                &mut out.slice_mut(..),
-            )
-            .unwrap();
-            planes_to_states(&stream.clone_dtoh(&out).unwrap(), inner * d)
+        let case = InnerCase {
+            outer: &outer,
+            first,
+            paths,
+            steps,
+            k,
+            inner,
+            isteps,
         };
+        let run_inner = |g: &GpuPaths| inner_on_device(&stream, g, &case);
         let inner_host = run_inner(&gen);
         let mut cpu_inner = vec![0.0; inner_host.len()];
         for l in 0..paths {
@@ -458,9 +487,6 @@ fn check_paths(correlated: bool, d: usize) {
         generic
             .outer_paths(first, paths, steps, &mut outer_g.slice_mut(..))
             .unwrap();
-        let same_bits = |a: &[f64], b: &[f64]| {
-            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
-        };
         let fixed_outer_same = same_bits(&outer_host, &stream.clone_dtoh(&outer_g).unwrap());
         let fixed_inner_same = same_bits(&inner_host, &run_inner(&generic));
         println!(
@@ -535,9 +561,6 @@ fn check_antithetic_paths(correlated: bool, d: usize) {
         (stream.clone_dtoh(&out).unwrap(), out)
     };
     let (outer_host, outer) = outer_of(&fixed);
-    let same_bits = |a: &[f64], b: &[f64]| {
-        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
-    };
     assert!(
         same_bits(&outer_host, &outer_of(&plain).0)
             && same_bits(&outer_host, &outer_of(&generic).0),
@@ -547,23 +570,16 @@ fn check_antithetic_paths(correlated: bool, d: usize) {
     // paths, a partial last block).
     for inner in [38usize, 150] {
         let (k, isteps) = (2usize, 6usize);
-        let run_inner = |g: &GpuPaths| {
-            let mut out: CudaSlice<f64> = stream
-                .clone_htod(&vec![f64::NAN; paths * isteps * inner * d])
-                .unwrap();
-            g.inner_paths(
-                first,
-                k as u32,
-                &outer.slice(k * d..),
-                (steps + 1) * d,
-                paths,
-                inner,
-                isteps,
-                &mut out.slice_mut(..),
-            )
-            .unwrap();
-            planes_to_states(&stream.clone_dtoh(&out).unwrap(), inner * d)
+        let case = InnerCase {
+            outer: &outer,
+            first,
+            paths,
+            steps,
+            k,
+            inner,
+            isteps,
         };
+        let run_inner = |g: &GpuPaths| inner_on_device(&stream, g, &case);
         let got = run_inner(&fixed);
         let mut cpu = vec![0.0; got.len()];
         for l in 0..paths {
