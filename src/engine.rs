@@ -211,11 +211,9 @@ pub fn simulate<T: Real>(
     capture: Option<(usize, usize)>,
 ) -> NestedSimulation {
     let sim = &scenario.simulation;
-    let n_dates = scenario.exposure_dates;
     let m0 = sim.outer_paths;
-    let m = sim.inner_paths;
-    let d = scenario.market.assets.len();
     let setup = Setup::new(scenario);
+    let (n_dates, m, d) = (setup.n_dates, setup.m, setup.d);
     let positions = &scenario.portfolio;
 
     // Chunks of outer paths: bounded by memory, and about a tenth of the paths (at least
