@@ -423,6 +423,29 @@ fn inner_on_device(stream: &Arc<CudaStream>, g: &GpuPaths, c: &InnerCase) -> Vec
     planes_to_states(&stream.clone_dtoh(&out).unwrap(), c.inner * d)
 }
 
+/// The CPU reference of [`inner_on_device`] in its layout: `path(l, mm, start)` gives the
+/// `isteps * d` states of inner path `mm` of outer path `l` from `start` (the outer
+/// states `outer_host` at date `k`).
+fn inner_on_cpu(
+    c: &InnerCase,
+    d: usize,
+    outer_host: &[f64],
+    path: impl Fn(usize, usize, &[f64]) -> Vec<f64>,
+) -> Vec<f64> {
+    let mut cpu = vec![0.0; c.paths * c.isteps * c.inner * d];
+    for l in 0..c.paths {
+        let start = &outer_host[(l * (c.steps + 1) + c.k) * d..][..d];
+        for mm in 0..c.inner {
+            let p = path(l, mm, start);
+            for s in 0..c.isteps {
+                cpu[((l * c.isteps + s) * c.inner + mm) * d..][..d]
+                    .copy_from_slice(&p[s * d..(s + 1) * d]);
+            }
+        }
+    }
+    cpu
+}
+
 fn check_paths(correlated: bool, d: usize) {
     let Some(stream) = stream() else { return };
     let market = Market::new(d, correlated, 7 + d as u64);
@@ -465,17 +488,9 @@ fn check_paths(correlated: bool, d: usize) {
         };
         let run_inner = |g: &GpuPaths| inner_on_device(&stream, g, &case);
         let inner_host = run_inner(&gen);
-        let mut cpu_inner = vec![0.0; inner_host.len()];
-        for l in 0..paths {
-            let start = &outer_host[(l * (steps + 1) + k) * d..][..d];
-            for mm in 0..inner {
-                let p = market.path(seed, first + l as u32, k as u32, mm as u32, start, isteps);
-                for s in 0..isteps {
-                    cpu_inner[((l * isteps + s) * inner + mm) * d..][..d]
-                        .copy_from_slice(&p[s * d..(s + 1) * d]);
-                }
-            }
-        }
+        let cpu_inner = inner_on_cpu(&case, d, &outer_host, |l, mm, start| {
+            market.path(seed, first + l as u32, k as u32, mm as u32, start, isteps)
+        });
         let (rel_i, ulps_i) = compare(&inner_host, &cpu_inner);
 
         // The fixed kernels (market compiled in) against the generic ones: the same bits.
@@ -581,27 +596,20 @@ fn check_antithetic_paths(correlated: bool, d: usize) {
         };
         let run_inner = |g: &GpuPaths| inner_on_device(&stream, g, &case);
         let got = run_inner(&fixed);
-        let mut cpu = vec![0.0; got.len()];
-        for l in 0..paths {
-            let start = &outer_host[(l * (steps + 1) + k) * d..][..d];
-            for mm in 0..inner {
-                let mut z = cpu_normals(
-                    seed,
-                    first + l as u32,
-                    k as u32,
-                    (mm & !1) as u32,
-                    isteps * d,
-                );
-                if mm % 2 == 1 {
-                    z.iter_mut().for_each(|v| *v = -*v);
-                }
-                let p = market.path_from_normals(&z, start, isteps);
-                for s in 0..isteps {
-                    cpu[((l * isteps + s) * inner + mm) * d..][..d]
-                        .copy_from_slice(&p[s * d..(s + 1) * d]);
-                }
+        let cpu = inner_on_cpu(&case, d, &outer_host, |l, mm, start| {
+            // The pair's stream, negated for the odd path.
+            let mut z = cpu_normals(
+                seed,
+                first + l as u32,
+                k as u32,
+                (mm & !1) as u32,
+                isteps * d,
+            );
+            if mm % 2 == 1 {
+                z.iter_mut().for_each(|v| *v = -*v);
             }
-        }
+            market.path_from_normals(&z, start, isteps)
+        });
         let (rel, ulps) = compare(&got, &cpu);
         let generic_same = same_bits(&got, &run_inner(&generic));
         // The even paths of the pairs are the plain module's paths.
