@@ -390,6 +390,23 @@ fn same_bits(a: &[f64], b: &[f64]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
+/// Outer paths `first..first + paths` of `steps` steps from `g` into a NaN-poisoned buffer:
+/// on the host, and the device buffer itself (the inner paths' starts).
+fn outer_on_device(
+    stream: &Arc<CudaStream>,
+    g: &GpuPaths,
+    first: u32,
+    paths: usize,
+    steps: usize,
+) -> (Vec<f64>, CudaSlice<f64>) {
+    let mut out: CudaSlice<f64> = stream
+        .clone_htod(&vec![f64::NAN; paths * (steps + 1) * g.assets()])
+        .unwrap();
+    g.outer_paths(first, paths, steps, &mut out.slice_mut(..))
+        .unwrap();
+    (stream.clone_dtoh(&out).unwrap(), out)
+}
+
 /// Where [`inner_on_device`] takes its inner paths from: outer paths `first..first +
 /// paths` of `steps` steps on the device (layout of `GpuPaths::outer_paths`), date `k`.
 struct InnerCase<'a> {
@@ -452,12 +469,7 @@ fn check_paths(correlated: bool, d: usize) {
     let seed = 0xfeed_beef_0000_0001u64 ^ d as u64;
     let gen = GpuPaths::new(&stream, &market.steps(), seed).unwrap();
     let (paths, steps, first) = (777usize, 12usize, 1000u32);
-    let mut outer: CudaSlice<f64> = stream
-        .clone_htod(&vec![f64::NAN; paths * (steps + 1) * d])
-        .unwrap();
-    gen.outer_paths(first, paths, steps, &mut outer.slice_mut(..))
-        .unwrap();
-    let outer_host = stream.clone_dtoh(&outer).unwrap();
+    let (outer_host, outer) = outer_on_device(&stream, &gen, first, paths, steps);
     let mut cpu = Vec::with_capacity(outer_host.len());
     for l in 0..paths {
         cpu.extend_from_slice(&market.spots);
@@ -496,13 +508,8 @@ fn check_paths(correlated: bool, d: usize) {
         // The fixed kernels (market compiled in) against the generic ones: the same bits.
         let generic = GpuPaths::new_generic(&stream, &market.steps(), seed).unwrap();
         assert!(gen.is_fixed() && !generic.is_fixed());
-        let mut outer_g: CudaSlice<f64> = stream
-            .clone_htod(&vec![f64::NAN; paths * (steps + 1) * d])
-            .unwrap();
-        generic
-            .outer_paths(first, paths, steps, &mut outer_g.slice_mut(..))
-            .unwrap();
-        let fixed_outer_same = same_bits(&outer_host, &stream.clone_dtoh(&outer_g).unwrap());
+        let outer_g = outer_on_device(&stream, &generic, first, paths, steps).0;
+        let fixed_outer_same = same_bits(&outer_host, &outer_g);
         let fixed_inner_same = same_bits(&inner_host, &run_inner(&generic));
         println!(
             "paths d={d}: fixed kernels bitwise equal to the generic ones: outer {fixed_outer_same}, inner {fixed_inner_same}"
@@ -567,14 +574,7 @@ fn check_antithetic_paths(correlated: bool, d: usize) {
     let plain = GpuPaths::new(&stream, &market.steps(), seed).unwrap();
     assert!(fixed.is_fixed() && !generic.is_fixed() && plain.is_fixed());
     let (paths, steps, first) = (333usize, 9usize, 500u32);
-    let outer_of = |g: &GpuPaths| {
-        let mut out: CudaSlice<f64> = stream
-            .clone_htod(&vec![f64::NAN; paths * (steps + 1) * d])
-            .unwrap();
-        g.outer_paths(first, paths, steps, &mut out.slice_mut(..))
-            .unwrap();
-        (stream.clone_dtoh(&out).unwrap(), out)
-    };
+    let outer_of = |g: &GpuPaths| outer_on_device(&stream, g, first, paths, steps);
     let (outer_host, outer) = outer_of(&fixed);
     assert!(
         same_bits(&outer_host, &outer_of(&plain).0)
