@@ -1,0 +1,227 @@
+// A timing prototype of the fused backward sweep (benches/RESULTS.md, fortieth session):
+// no stored inner states. Not part of the engine. Appended by benches/fused_sweep.py to
+// the fixed path module's source (defines, C_DRIFT, C_VOL, kernels/cuda/paths.cu), so
+// the random numbers (Philox4x32-10, Box-Muller in f32) and the exp are the engine's.
+//
+// One thread block of SW_THREADS threads per work item (outer path l, exposure date i),
+// thread t < SW_M the inner path t; blocks are persistent and take items from a counter.
+// Per item, with K = SW_DATES - i steps to maturity:
+//   forward:  X_a += drift_a + vol_a z (log-prices in registers, no exp), K steps;
+//             S_a = S0_a exp(X_a) at maturity; y = payoff.
+//   backward: for j = K - 1 .. 1: the normals of step j again, S_a *= exp(-(drift_a +
+//             vol_a z)) (the state one step earlier; not bitwise the forward one);
+//             psi row [1, S, y] (zero when out of the money) into shared memory;
+//             Gram of the augmented rows on the tensor cores (one 8 x 8 tile per warp);
+//             L D L^T of the 30 x 30 matrix and the two substitutions by warp 0;
+//             the exercise from the thread's own row.
+//   the item's value: the mean of the discounted cash flows.
+// SW_SOLVE 0 skips the factorization (beta = the right-hand side; a timing variant).
+// SW_GRAM 0 skips the Gram (a timing variant).
+
+#ifndef SW_M
+#define SW_M 300
+#endif
+#ifndef SW_DATES
+#define SW_DATES 10
+#endif
+#ifndef SW_SOLVE
+#define SW_SOLVE 1
+#endif
+#ifndef SW_GRAM
+#define SW_GRAM 1
+#endif
+#define SW_THREADS 320
+#define SW_N 30          // basis functions: 1, S_1 .. S_29
+#define SW_PS 36         // psi row stride in doubles: the fragments' loads conflict-free
+#define SW_GS 33         // Gram row stride
+#define SW_STRIKE 1.0
+#ifndef SW_DF
+#define SW_DF 1.0  // e^{-r dt}, defined by the driver
+#endif
+
+static_assert(PATHS_D == 29, "the prototype is written for basket29");
+
+// Pick the draw at position O + k (k static) of the two blocks p (0..3) and c (4..7).
+__device__ __forceinline__ float sw_pick(int o, float a, float b, float c, float d) {
+    const float lo = (o & 1) ? b : a;
+    const float hi = (o & 1) ? d : c;
+    return (o & 2) ? hi : lo;
+}
+
+// The 29 normals of step s (draws 29 s .. 29 s + 28 of the stream), asset by asset, into
+// F(a, z). Eight Philox blocks from 29 s / 4; O = 29 s mod 4 = s mod 4.
+template <class F>
+__device__ __forceinline__ void sw_step_normals(const NormalStream& ns, unsigned s, F f) {
+    const unsigned b0 = (29u * s) >> 2;
+    const int o = (int)(s & 3u);
+    float p0, p1, p2, p3;
+    stream_block_f32(ns, b0, &p0, &p1, &p2, &p3);
+#pragma unroll
+    for (int g = 0; g < 7; ++g) {
+        float c0, c1, c2, c3;
+        stream_block_f32(ns, b0 + g + 1, &c0, &c1, &c2, &c3);
+        f(4 * g + 0, sw_pick(o, p0, p1, p2, p3));
+        f(4 * g + 1, sw_pick(o, p1, p2, p3, c0));
+        f(4 * g + 2, sw_pick(o, p2, p3, c0, c1));
+        f(4 * g + 3, sw_pick(o, p3, c0, c1, c2));
+        p0 = c0;
+        p1 = c1;
+        p2 = c2;
+        p3 = c3;
+    }
+    f(28, sw_pick(o, p0, p1, p2, p3));
+}
+
+__device__ __forceinline__ void mma884(double& d0, double& d1, double a, double b) {
+    asm volatile(
+        "mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
+        : "+d"(d0), "+d"(d1)
+        : "d"(a), "d"(b));
+}
+
+extern "C" __global__ void __launch_bounds__(SW_THREADS, 2)
+fused_sweep(long long outer, const double* __restrict__ start, double* __restrict__ values,
+            unsigned* __restrict__ counter, unsigned long long* __restrict__ stats) {
+    extern __shared__ double smem[];
+    double* psi = smem;                                // [SW_M][SW_PS]
+    double* gram = psi + SW_M * SW_PS;                 // [32][SW_GS]
+    double* beta = gram + 32 * SW_GS;                  // [32]
+    double* red = beta + 32;                           // [SW_THREADS / 32]
+    double2* et = (double2*)(red + SW_THREADS / 32);   // [32]
+    __shared__ unsigned item_s;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    exp_table_to_shared(et);
+    const long long items = outer * SW_DATES;
+    unsigned long long exercised = 0;
+    for (;;) {
+        if (tid == 0) item_s = atomicAdd(counter, 1u);
+        __syncthreads();
+        const long long item = item_s;
+        if (item >= items) break;
+        // Date-major: the longest items (date 0) first.
+        const int date = (int)(item / outer);
+        const long long l = item - (long long)date * outer;
+        const int steps = SW_DATES - date;
+        const bool live = tid < SW_M;
+        NormalStream ns;
+        stream_init(ns, PATHS_SEED, (unsigned)l, (unsigned)date, (unsigned)tid);
+        double x[PATHS_D];
+#pragma unroll
+        for (int a = 0; a < PATHS_D; ++a) x[a] = 0.0;
+        if (live)
+            for (int s = 0; s < steps; ++s)
+                sw_step_normals(ns, (unsigned)s, [&](int a, float z) {
+                    x[a] += C_DRIFT[a] + C_VOL[a] * (double)z;
+                });
+        const double* s0 = start + (l * SW_DATES + date) * PATHS_D;
+        double level = -1.0 / 0.0;
+#pragma unroll
+        for (int a = 0; a < PATHS_D; ++a) {
+            x[a] = s0[a] * exp_step(x[a], et);  // x holds S from here on
+            level = fmax(level, x[a]);
+        }
+        double y = fmax(level - SW_STRIKE, 0.0);
+        for (int j = steps - 1; j >= 1; --j) {
+            y *= SW_DF;
+            if (live)
+                sw_step_normals(ns, (unsigned)j, [&](int a, float z) {
+                    x[a] *= exp_step(-(C_DRIFT[a] + C_VOL[a] * (double)z), et);
+                });
+            level = -1.0 / 0.0;
+#pragma unroll
+            for (int a = 0; a < PATHS_D; ++a) level = fmax(level, x[a]);
+            const double pay = fmax(level - SW_STRIKE, 0.0);
+            const bool itm = live && pay > 0.0;
+            if (live) {
+                double2* row = (double2*)(psi + tid * SW_PS);
+                const double one = itm ? 1.0 : 0.0;
+                row[0] = make_double2(one, itm ? x[0] : 0.0);
+#pragma unroll
+                for (int a = 1; a < PATHS_D; a += 2)
+                    row[(a + 1) / 2] = make_double2(itm ? x[a] : 0.0, itm ? x[a + 1] : 0.0);
+                row[15] = make_double2(itm ? y : 0.0, 0.0);
+            }
+            __syncthreads();
+            // The Gram's lower 8 x 8 tiles, one per warp: (I, J), J <= I.
+            if (warp < 10) {
+                const int ti = warp < 1 ? 0 : warp < 3 ? 1 : warp < 6 ? 2 : 3;
+                const int tj = warp - ti * (ti + 1) / 2;
+                double d0 = 0.0, d1 = 0.0, e0 = 0.0, e1 = 0.0;
+#if SW_GRAM
+                const double* pa = psi + (lane & 3) * SW_PS + 8 * ti + (lane >> 2);
+                const double* pb = psi + (lane & 3) * SW_PS + 8 * tj + (lane >> 2);
+#pragma unroll 5
+                for (int p = 0; p < SW_M; p += 8) {
+                    mma884(d0, d1, pa[p * SW_PS], pb[p * SW_PS]);
+                    if (p + 4 < SW_M) mma884(e0, e1, pa[(p + 4) * SW_PS], pb[(p + 4) * SW_PS]);
+                }
+#endif
+                const int r = 8 * ti + (lane >> 2), c = 8 * tj + 2 * (lane & 3);
+                gram[r * SW_GS + c] = d0 + e0;
+                gram[r * SW_GS + c + 1] = d1 + e1;
+            }
+            __syncthreads();
+            if (warp == 0) {
+                // L D L^T in place (row `lane` of the lower triangle), then L z = b,
+                // D w = z, L^T beta = w; b is row 30 of the augmented Gram.
+                const int i = lane;
+                double bi = i < SW_N ? gram[30 * SW_GS + i] : 0.0;
+#if SW_SOLVE
+                for (int k = 0; k < SW_N; ++k) {
+                    const double dk = gram[k * SW_GS + k];
+                    const double lik = (i > k && i < SW_N) ? gram[i * SW_GS + k] / dk : 0.0;
+#pragma unroll
+                    for (int jj = 1; jj < SW_N; ++jj) {
+                        const int jc = k + jj;
+                        if (jc < SW_N && jc <= i)
+                            gram[i * SW_GS + jc] -= lik * gram[jc * SW_GS + k];
+                    }
+                    __syncwarp();
+                    if (i > k && i < SW_N) gram[i * SW_GS + k] = lik;
+                    __syncwarp();
+                }
+                double acc = bi;
+                for (int k = 0; k < SW_N; ++k) {
+                    const double zk = __shfl_sync(0xffffffffu, acc, k);
+                    if (i > k && i < SW_N) acc -= gram[i * SW_GS + k] * zk;
+                }
+                acc = i < SW_N ? acc / gram[i * SW_GS + i] : 0.0;
+                for (int k = SW_N - 1; k >= 0; --k) {
+                    const double xk = __shfl_sync(0xffffffffu, acc, k);
+                    if (i < k) acc -= gram[k * SW_GS + i] * xk;
+                }
+                bi = acc;
+#endif
+                if (i < 32) beta[i] = i < SW_N ? bi : 0.0;
+            }
+            __syncthreads();
+            if (itm) {
+                const double2* row = (const double2*)(psi + tid * SW_PS);
+                double c = 0.0;
+#pragma unroll
+                for (int q = 0; q < 15; ++q) {
+                    const double2 v = row[q];
+                    c = fma(v.x, beta[2 * q], c);
+                    c = fma(v.y, beta[2 * q + 1], c);
+                }
+                if (pay >= c) {
+                    y = pay;
+                    ++exercised;
+                }
+            }
+            __syncthreads();  // psi and beta are rewritten by the next step
+        }
+        // The item's value: the mean of y over the inner paths.
+        double v = live ? y * SW_DF : 0.0;
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+        if (lane == 0) red[warp] = v;
+        __syncthreads();
+        if (tid == 0) {
+            double sum = 0.0;
+            for (int w = 0; w < SW_THREADS / 32; ++w) sum += red[w];
+            values[item] = sum / SW_M;
+        }
+    }
+    if (exercised) atomicAdd(stats, exercised);
+}
