@@ -17,6 +17,9 @@
 //   the item's value: the mean of the discounted cash flows.
 // SW_SOLVE 0 skips the factorization (beta = the right-hand side; a timing variant).
 // SW_GRAM 0 skips the Gram (a timing variant).
+// SW_BACKWARD 0 skips the backward steps (the forward pass and the maturity alone).
+// SW_EXP 0 replaces the backward step's exp by its argument plus one (a timing variant).
+// SW_MIN_BLOCKS: blocks per SM for __launch_bounds__ (2: 96 registers).
 
 #ifndef SW_M
 #define SW_M 300
@@ -29,6 +32,15 @@
 #endif
 #ifndef SW_GRAM
 #define SW_GRAM 1
+#endif
+#ifndef SW_BACKWARD
+#define SW_BACKWARD 1
+#endif
+#ifndef SW_EXP
+#define SW_EXP 1
+#endif
+#ifndef SW_MIN_BLOCKS
+#define SW_MIN_BLOCKS 2
 #endif
 #define SW_THREADS 320
 #define SW_N 30          // basis functions: 1, S_1 .. S_29
@@ -79,7 +91,7 @@ __device__ __forceinline__ void mma884(double& d0, double& d1, double a, double 
         : "d"(a), "d"(b));
 }
 
-extern "C" __global__ void __launch_bounds__(SW_THREADS, 2)
+extern "C" __global__ void __launch_bounds__(SW_THREADS, SW_MIN_BLOCKS)
 fused_sweep(long long outer, const double* __restrict__ start, double* __restrict__ values,
             unsigned* __restrict__ counter, unsigned long long* __restrict__ stats) {
     extern __shared__ double smem[];
@@ -121,11 +133,15 @@ fused_sweep(long long outer, const double* __restrict__ start, double* __restric
             level = fmax(level, x[a]);
         }
         double y = fmax(level - SW_STRIKE, 0.0);
-        for (int j = steps - 1; j >= 1; --j) {
+        for (int j = SW_BACKWARD ? steps - 1 : 0; j >= 1; --j) {
             y *= SW_DF;
             if (live)
                 sw_step_normals(ns, (unsigned)j, [&](int a, float z) {
+#if SW_EXP
                     x[a] *= exp_step(-(C_DRIFT[a] + C_VOL[a] * (double)z), et);
+#else
+                    x[a] *= 1.0 - (C_DRIFT[a] + C_VOL[a] * (double)z);
+#endif
                 });
             level = -1.0 / 0.0;
 #pragma unroll
