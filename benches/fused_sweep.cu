@@ -241,3 +241,204 @@ fused_sweep(long long outer, const double* __restrict__ start, double* __restric
     }
     if (exercised) atomicAdd(stats, exercised);
 }
+
+// ---- Version 2 (fortieth session, call 3): what call 2 said the design would need.
+// - The states live in the rows of shared memory (column-major, psi2[c * SW2_LD + t]:
+//   thread t's accesses are conflict-free, and so are the Gram's fragment loads), not in
+//   registers: nothing but the stream is live across the barriers, so the registers go
+//   to overlapping the random numbers. Column 0 is 1, columns 1..29 the states, 30 the
+//   cash flow y, 31 the in-the-money weight w (the Gram's A operand is multiplied by it,
+//   so a row out of the money keeps its states for the next step).
+// - The forward pass draws its normals in stream order (a Philox block each four
+//   draws, none regenerated) and adds each to its asset's log-price in the row.
+// - A dedicated solver warp (warp 10): right-looking L D L^T in shared memory, lane j
+//   updating row j, fully unrolled (every address a constant, the loads free to start
+//   early), pivots by the engine's fast reciprocal (rcp.cu); both substitutions pass
+//   the solved entries by shuffles.
+#define SW2_LD 308         // column stride of the rows: = 4 (mod 16)
+#define SW2_THREADS 352    // 10 path warps and the solver warp
+
+__device__ __forceinline__ void sw2_bar() { __syncthreads(); }
+
+#ifndef SW2_MAXNREG
+#define SW2_MAXNREG 88
+#endif
+extern "C" __global__ void __maxnreg__(SW2_MAXNREG)
+fused_sweep2(long long outer, const double* __restrict__ start, double* __restrict__ values,
+             unsigned* __restrict__ counter, unsigned long long* __restrict__ stats) {
+    extern __shared__ double smem[];
+    double* psi = smem;                         // [32][SW2_LD]
+    double* gram = psi + 32 * SW2_LD;           // [32][SW_GS]
+    double* beta = gram + 32 * SW_GS;           // [32]
+    double* red = beta + 32;                    // [16]
+    double2* et = (double2*)(red + 16);         // [32]
+    __shared__ unsigned item_s;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    exp_table_to_shared(et);
+    const long long items = outer * SW_DATES;
+    unsigned long long exercised = 0;
+    for (;;) {
+        if (tid == 0) item_s = atomicAdd(counter, 1u);
+        sw2_bar();
+        const long long item = item_s;
+        if (item >= items) break;
+        const int date = (int)(item / outer);
+        const long long l = item - (long long)date * outer;
+        const int steps = SW_DATES - date;
+        if (warp == 10) {
+            // The solver: the same barriers as the path warps, per regression step.
+            for (int j = SW_BACKWARD ? steps - 1 : 0; j >= 1; --j) {
+                sw2_bar();  // rows written
+                sw2_bar();  // Gram written
+                double bi = lane < SW_N ? gram[30 * SW_GS + lane] : 0.0;
+#if SW_SOLVE
+                // L D L^T in place in the lower triangle (row `lane`), fully unrolled so that
+                // every address is a constant: L overwrites the strict lower part.
+                double dd = 1.0;
+#pragma unroll
+                for (int k = 0; k < SW_N; ++k) {
+                    const double dk = gram[k * SW_GS + k];
+                    const double f = gram[lane * SW_GS + k] * rcp_rn_fast_f64(dk);
+#pragma unroll
+                    for (int i = k + 1; i < SW_N; ++i)
+                        if (i <= lane && lane < SW_N)
+                            gram[lane * SW_GS + i] = fma(-f, gram[i * SW_GS + k], gram[lane * SW_GS + i]);
+                    __syncwarp();
+                    if (lane > k && lane < SW_N) gram[lane * SW_GS + k] = f;
+                    if (lane == k) dd = dk;
+                    __syncwarp();
+                }
+                double acc = bi;
+#pragma unroll
+                for (int k = 0; k < SW_N; ++k) {
+                    const double zk = __shfl_sync(0xffffffffu, acc, k);
+                    if (lane > k && lane < SW_N) acc = fma(-gram[lane * SW_GS + k], zk, acc);
+                }
+                acc = acc * rcp_rn_fast_f64(dd);
+#pragma unroll
+                for (int k = SW_N - 1; k >= 0; --k) {
+                    const double xk = __shfl_sync(0xffffffffu, acc, k);
+                    if (lane < k) acc = fma(-gram[k * SW_GS + lane], xk, acc);
+                }
+                bi = acc;
+#endif
+                beta[lane] = lane < SW_N ? bi : 0.0;
+                sw2_bar();  // beta written
+                sw2_bar();  // exercise done
+            }
+            sw2_bar();  // the item's reduction
+            continue;
+        }
+        const bool live = tid < SW_M;
+        const int t = live ? tid : 0;
+        NormalStream ns;
+        stream_init(ns, PATHS_SEED, (unsigned)l, (unsigned)date, (unsigned)tid);
+        double* row = psi + t;  // column c at row[c * SW2_LD]
+        double y = 0.0;
+        if (live) {
+#pragma unroll
+            for (int a = 0; a < PATHS_D; ++a) row[(1 + a) * SW2_LD] = 0.0;
+            // Forward: draws 0 .. 29 steps - 1 in stream order.
+            const int draws = PATHS_D * steps;
+            int a = 0;
+            for (int b = 0; 4 * b < draws; ++b) {
+                float z[4];
+                stream_block_f32(ns, (unsigned)b, &z[0], &z[1], &z[2], &z[3]);
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    if (4 * b + k < draws) {
+                        double* xa = row + (1 + a) * SW2_LD;
+                        *xa += C_DRIFT[a] + C_VOL[a] * (double)z[k];
+                        a = a == PATHS_D - 1 ? 0 : a + 1;
+                    }
+                }
+            }
+            const double* s0 = start + (l * SW_DATES + date) * PATHS_D;
+            double level = -1.0 / 0.0;
+#pragma unroll
+            for (int i = 0; i < PATHS_D; ++i) {
+                const double s = s0[i] * exp_step(row[(1 + i) * SW2_LD], et);
+                row[(1 + i) * SW2_LD] = s;
+                level = fmax(level, s);
+            }
+            y = fmax(level - SW_STRIKE, 0.0);
+        }
+        for (int j = SW_BACKWARD ? steps - 1 : 0; j >= 1; --j) {
+            y *= SW_DF;
+            double pay = 0.0;
+            if (live) {
+                // The 29 draws of step j: blocks (29 j) / 4 .. (29 j + 28) / 4, the first
+                // draw at offset 29 j mod 4.
+                const int d0 = PATHS_D * j;
+                double level = -1.0 / 0.0;
+#pragma unroll
+                for (int q = 0; q < 8; ++q) {
+                    const int b = (d0 >> 2) + q;
+                    float z[4];
+                    stream_block_f32(ns, (unsigned)b, &z[0], &z[1], &z[2], &z[3]);
+#pragma unroll
+                    for (int k = 0; k < 4; ++k) {
+                        const int a = 4 * b + k - d0;
+                        if (a >= 0 && a < PATHS_D) {
+                            double* xa = row + (1 + a) * SW2_LD;
+#if SW_EXP
+                            const double s = *xa * exp_step(-(C_DRIFT[a] + C_VOL[a] * (double)z[k]), et);
+#else
+                            const double s = *xa * (1.0 - (C_DRIFT[a] + C_VOL[a] * (double)z[k]));
+#endif
+                            *xa = s;
+                            level = fmax(level, s);
+                        }
+                    }
+                }
+                pay = fmax(level - SW_STRIKE, 0.0);
+                row[0] = 1.0;
+                row[30 * SW2_LD] = y;
+                row[31 * SW2_LD] = pay > 0.0 ? 1.0 : 0.0;
+            }
+            sw2_bar();  // rows written
+            {
+                // Gram tile (ti, tj) of the weighted rows: A operand w_p psi[p][8 ti + r].
+                const int ti = warp < 1 ? 0 : warp < 3 ? 1 : warp < 6 ? 2 : 3;
+                const int tj = warp - ti * (ti + 1) / 2;
+                double d0 = 0.0, d1 = 0.0, e0 = 0.0, e1 = 0.0;
+#if SW_GRAM
+                const double* pa = psi + (8 * ti + (lane >> 2)) * SW2_LD + (lane & 3);
+                const double* pb = psi + (8 * tj + (lane >> 2)) * SW2_LD + (lane & 3);
+                const double* pw = psi + 31 * SW2_LD + (lane & 3);
+#pragma unroll 5
+                for (int p = 0; p < SW_M; p += 8) {
+                    mma884(d0, d1, pa[p] * pw[p], pb[p]);
+                    if (p + 4 < SW_M) mma884(e0, e1, pa[p + 4] * pw[p + 4], pb[p + 4]);
+                }
+#endif
+                const int r = 8 * ti + (lane >> 2), c = 8 * tj + 2 * (lane & 3);
+                gram[r * SW_GS + c] = d0 + e0;
+                gram[r * SW_GS + c + 1] = d1 + e1;
+            }
+            sw2_bar();  // Gram written
+            sw2_bar();  // beta written
+            if (live && pay > 0.0) {
+                double c = beta[0];
+#pragma unroll
+                for (int a = 0; a < PATHS_D; ++a) c = fma(row[(1 + a) * SW2_LD], beta[1 + a], c);
+                if (pay >= c) {
+                    y = pay;
+                    ++exercised;
+                }
+            }
+            sw2_bar();  // exercise done: rows and beta free
+        }
+        double v = live ? y * SW_DF : 0.0;
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+        if (lane == 0) red[warp] = v;
+        sw2_bar();
+        if (tid == 0) {
+            double sum = 0.0;
+            for (int w = 0; w < 10; ++w) sum += red[w];
+            values[item] = sum / SW_M;
+        }
+    }
+    if (exercised) atomicAdd(stats, exercised);
+}

@@ -1,7 +1,8 @@
 # Timing prototype of the fused backward sweep (benches/fused_sweep.cu; benches/RESULTS.md,
 # fortieth session). On the GPU machine, from the repository root:
 #   python3 benches/fused_sweep.py [OUTER ...]        (default 100000)
-# Variants through FUSED_SWEEP_DEFINES, e.g. "SW_SOLVE=0 SW_GRAM=0". Prints, per outer
+# Variants through FUSED_SWEEP_DEFINES, e.g. "SW_SOLVE=0 SW_GRAM=0"; FUSED_SWEEP_KERNEL=2
+# runs the second version (fused_sweep2). Prints, per outer
 # count, the median time of the sweep over 5 runs (CUDA events, after a warm-up), the
 # mean item value at date 0 (an American max-call price on 300 inner paths) and the share
 # of exercise decisions.
@@ -23,16 +24,23 @@ src += (f"#define PATHS_D {D}\n#define PATHS_FACTOR 0\n#define PATHS_BLOCK 64\n"
         f"#define PATHS_KEY0 {seed & 0xffffffff:#010x}u\n#define PATHS_KEY1 {seed >> 32:#010x}u\n")
 src += "__constant__ double C_DRIFT[%d] = {%s};\n" % (D, ", ".join([float.hex(drift)] * D))
 src += "__constant__ double C_VOL[%d] = {%s};\n" % (D, ", ".join([float.hex(vol)] * D))
+src += open(os.path.join(root, "kernels/cuda/rcp.cu")).read()
 src += open(os.path.join(root, "kernels/cuda/paths.cu")).read()
 src += open(os.path.join(root, "benches/fused_sweep.cu")).read()
 opts = ("--fmad=false", "--prec-div=true", "--prec-sqrt=true", "--ftz=false", "--std=c++17")
 mod = cp.RawModule(code=src, options=opts)
-k = mod.get_function("fused_sweep")
-THREADS = 320
-SMEM = (300 * 36 + 32 * 33 + 32 + THREADS // 32) * 8 + 32 * 16
+version = os.environ.get("FUSED_SWEEP_KERNEL", "1")
+if version == "2":
+    k = mod.get_function("fused_sweep2")
+    THREADS = 352
+    SMEM = (32 * 308 + 32 * 33 + 32 + 16) * 8 + 32 * 16
+else:
+    k = mod.get_function("fused_sweep")
+    THREADS = 320
+    SMEM = (300 * 36 + 32 * 33 + 32 + THREADS // 32) * 8 + 32 * 16
 k.max_dynamic_shared_size_bytes = SMEM
 sms = cp.cuda.Device().attributes["MultiProcessorCount"]
-print(f"fused_sweep: {k.num_regs} registers, {k.local_size_bytes} B local, "
+print(f"fused_sweep (version {version}): {k.num_regs} registers, {k.local_size_bytes} B local, "
       f"{SMEM} B shared, {sms} SMs", flush=True)
 
 for outer in [int(a) for a in sys.argv[1:]] or [100000]:
