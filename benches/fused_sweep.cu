@@ -84,6 +84,33 @@ __device__ __forceinline__ void sw_step_normals(const NormalStream& ns, unsigned
     f(28, sw_pick(o, p0, p1, p2, p3));
 }
 
+// The block's next item, claimed by thread 0 from the counter, for every thread.
+__device__ __forceinline__ long long sw_claim_item(unsigned* counter, unsigned* item_s) {
+    if (threadIdx.x == 0) *item_s = atomicAdd(counter, 1u);
+    __syncthreads();
+    return *item_s;
+}
+
+// values[item] = the sum of v over the first `warps` warps of the block / SW_M.
+__device__ __forceinline__ void sw_store_mean(double v, int warps, double* red,
+                                              double* __restrict__ values, long long item) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    if ((threadIdx.x & 31) == 0 && (int)(threadIdx.x >> 5) < warps) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double sum = 0.0;
+        for (int w = 0; w < warps; ++w) sum += red[w];
+        values[item] = sum / SW_M;
+    }
+}
+
+// The Gram's lower 8 x 8 tile (ti, tj), tj <= ti, of warp w < 10.
+__device__ __forceinline__ void sw_tile(int w, int& ti, int& tj) {
+    ti = w < 1 ? 0 : w < 3 ? 1 : w < 6 ? 2 : 3;
+    tj = w - ti * (ti + 1) / 2;
+}
+
 __device__ __forceinline__ void mma884(double& d0, double& d1, double a, double b) {
     asm volatile(
         "mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
@@ -106,9 +133,7 @@ fused_sweep(long long outer, const double* __restrict__ start, double* __restric
     const long long items = outer * SW_DATES;
     unsigned long long exercised = 0;
     for (;;) {
-        if (tid == 0) item_s = atomicAdd(counter, 1u);
-        __syncthreads();
-        const long long item = item_s;
+        const long long item = sw_claim_item(counter, &item_s);
         if (item >= items) break;
         // Date-major: the longest items (date 0) first.
         const int date = (int)(item / outer);
@@ -160,8 +185,8 @@ fused_sweep(long long outer, const double* __restrict__ start, double* __restric
             __syncthreads();
             // The Gram's lower 8 x 8 tiles, one per warp: (I, J), J <= I.
             if (warp < 10) {
-                const int ti = warp < 1 ? 0 : warp < 3 ? 1 : warp < 6 ? 2 : 3;
-                const int tj = warp - ti * (ti + 1) / 2;
+                int ti, tj;
+                sw_tile(warp, ti, tj);
                 double d0 = 0.0, d1 = 0.0, e0 = 0.0, e1 = 0.0;
 #if SW_GRAM
                 const double* pa = psi + (lane & 3) * SW_PS + 8 * ti + (lane >> 2);
@@ -228,16 +253,7 @@ fused_sweep(long long outer, const double* __restrict__ start, double* __restric
             __syncthreads();  // psi and beta are rewritten by the next step
         }
         // The item's value: the mean of y over the inner paths.
-        double v = live ? y * SW_DF : 0.0;
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-        if (lane == 0) red[warp] = v;
-        __syncthreads();
-        if (tid == 0) {
-            double sum = 0.0;
-            for (int w = 0; w < SW_THREADS / 32; ++w) sum += red[w];
-            values[item] = sum / SW_M;
-        }
+        sw_store_mean(live ? y * SW_DF : 0.0, SW_THREADS / 32, red, values, item);
     }
     if (exercised) atomicAdd(stats, exercised);
 }
@@ -258,8 +274,6 @@ fused_sweep(long long outer, const double* __restrict__ start, double* __restric
 #define SW2_LD 308         // column stride of the rows: = 4 (mod 16)
 #define SW2_THREADS 352    // 10 path warps and the solver warp
 
-__device__ __forceinline__ void sw2_bar() { __syncthreads(); }
-
 #ifndef SW2_MAXNREG
 #define SW2_MAXNREG 88
 #endif
@@ -278,9 +292,7 @@ fused_sweep2(long long outer, const double* __restrict__ start, double* __restri
     const long long items = outer * SW_DATES;
     unsigned long long exercised = 0;
     for (;;) {
-        if (tid == 0) item_s = atomicAdd(counter, 1u);
-        sw2_bar();
-        const long long item = item_s;
+        const long long item = sw_claim_item(counter, &item_s);
         if (item >= items) break;
         const int date = (int)(item / outer);
         const long long l = item - (long long)date * outer;
@@ -288,8 +300,8 @@ fused_sweep2(long long outer, const double* __restrict__ start, double* __restri
         if (warp == 10) {
             // The solver: the same barriers as the path warps, per regression step.
             for (int j = SW_BACKWARD ? steps - 1 : 0; j >= 1; --j) {
-                sw2_bar();  // rows written
-                sw2_bar();  // Gram written
+                __syncthreads();  // rows written
+                __syncthreads();  // Gram written
                 double bi = lane < SW_N ? gram[30 * SW_GS + lane] : 0.0;
 #if SW_SOLVE
                 // L D L^T in place in the lower triangle (row `lane`), fully unrolled so that
@@ -323,10 +335,10 @@ fused_sweep2(long long outer, const double* __restrict__ start, double* __restri
                 bi = acc;
 #endif
                 beta[lane] = lane < SW_N ? bi : 0.0;
-                sw2_bar();  // beta written
-                sw2_bar();  // exercise done
+                __syncthreads();  // beta written
+                __syncthreads();  // exercise done
             }
-            sw2_bar();  // the item's reduction
+            sw_store_mean(0.0, 10, red, values, item);  // its barrier only
             continue;
         }
         const bool live = tid < SW_M;
@@ -396,11 +408,11 @@ fused_sweep2(long long outer, const double* __restrict__ start, double* __restri
                 row[30 * SW2_LD] = y;
                 row[31 * SW2_LD] = pay > 0.0 ? 1.0 : 0.0;
             }
-            sw2_bar();  // rows written
+            __syncthreads();  // rows written
             {
                 // Gram tile (ti, tj) of the weighted rows: A operand w_p psi[p][8 ti + r].
-                const int ti = warp < 1 ? 0 : warp < 3 ? 1 : warp < 6 ? 2 : 3;
-                const int tj = warp - ti * (ti + 1) / 2;
+                int ti, tj;
+                sw_tile(warp, ti, tj);
                 double d0 = 0.0, d1 = 0.0, e0 = 0.0, e1 = 0.0;
 #if SW_GRAM
                 const double* pa = psi + (8 * ti + (lane >> 2)) * SW2_LD + (lane & 3);
@@ -416,8 +428,8 @@ fused_sweep2(long long outer, const double* __restrict__ start, double* __restri
                 gram[r * SW_GS + c] = d0 + e0;
                 gram[r * SW_GS + c + 1] = d1 + e1;
             }
-            sw2_bar();  // Gram written
-            sw2_bar();  // beta written
+            __syncthreads();  // Gram written
+            __syncthreads();  // beta written
             if (live && pay > 0.0) {
                 double c = beta[0];
 #pragma unroll
@@ -427,18 +439,9 @@ fused_sweep2(long long outer, const double* __restrict__ start, double* __restri
                     ++exercised;
                 }
             }
-            sw2_bar();  // exercise done: rows and beta free
+            __syncthreads();  // exercise done: rows and beta free
         }
-        double v = live ? y * SW_DF : 0.0;
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-        if (lane == 0) red[warp] = v;
-        sw2_bar();
-        if (tid == 0) {
-            double sum = 0.0;
-            for (int w = 0; w < 10; ++w) sum += red[w];
-            values[item] = sum / SW_M;
-        }
+        sw_store_mean(live ? y * SW_DF : 0.0, 10, red, values, item);
     }
     if (exercised) atomicAdd(stats, exercised);
 }
