@@ -91,6 +91,20 @@ __device__ __forceinline__ long long sw_claim_item(unsigned* counter, unsigned* 
     return *item_s;
 }
 
+// Item `item` of `outer * SW_DATES`, date-major (the longest items, date 0, first): outer
+// path l, exposure date `date`, and the steps from it to maturity.
+struct SwItem {
+    long long l;
+    int date, steps;
+};
+__device__ __forceinline__ SwItem sw_item(long long item, long long outer) {
+    SwItem it;
+    it.date = (int)(item / outer);
+    it.l = item - (long long)it.date * outer;
+    it.steps = SW_DATES - it.date;
+    return it;
+}
+
 // values[item] = the sum of v over the first `warps` warps of the block / SW_M.
 __device__ __forceinline__ void sw_store_mean(double v, int warps, double* red,
                                               double* __restrict__ values, long long item) {
@@ -135,10 +149,9 @@ fused_sweep(long long outer, const double* __restrict__ start, double* __restric
     for (;;) {
         const long long item = sw_claim_item(counter, &item_s);
         if (item >= items) break;
-        // Date-major: the longest items (date 0) first.
-        const int date = (int)(item / outer);
-        const long long l = item - (long long)date * outer;
-        const int steps = SW_DATES - date;
+        const SwItem it = sw_item(item, outer);
+        const int date = it.date, steps = it.steps;
+        const long long l = it.l;
         const bool live = tid < SW_M;
         NormalStream ns;
         stream_init(ns, PATHS_SEED, (unsigned)l, (unsigned)date, (unsigned)tid);
@@ -233,7 +246,7 @@ fused_sweep(long long outer, const double* __restrict__ start, double* __restric
                 }
                 bi = acc;
 #endif
-                if (i < 32) beta[i] = i < SW_N ? bi : 0.0;
+                beta[i] = i < SW_N ? bi : 0.0;
             }
             __syncthreads();
             if (itm) {
@@ -294,9 +307,9 @@ fused_sweep2(long long outer, const double* __restrict__ start, double* __restri
     for (;;) {
         const long long item = sw_claim_item(counter, &item_s);
         if (item >= items) break;
-        const int date = (int)(item / outer);
-        const long long l = item - (long long)date * outer;
-        const int steps = SW_DATES - date;
+        const SwItem it = sw_item(item, outer);
+        const int date = it.date, steps = it.steps;
+        const long long l = it.l;
         if (warp == 10) {
             // The solver: the same barriers as the path warps, per regression step.
             for (int j = SW_BACKWARD ? steps - 1 : 0; j >= 1; --j) {
