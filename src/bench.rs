@@ -152,7 +152,9 @@ fn bench_one<T: Real>(
 }
 
 /// The regression matrices of one step of a run of `scenario` (exposure date 0,
-/// middle exercise date), about `batch` of them.
+/// middle exercise date), about `batch` of them. The run has an inner stage at `t_0`
+/// (`simulation.value_t0=nested`): there every outer path starts from the spots, as in
+/// the paper's Fig. 2.
 ///
 /// # Errors
 /// If the scenario cannot be loaded or has no American position.
@@ -163,7 +165,10 @@ pub fn capture_scenario_batch(
 ) -> Result<(usize, Vec<f64>, Vec<f64>)> {
     let sc = Scenario::load(
         scenario,
-        &[format!("simulation.outer_paths={}", batch.max(1))],
+        &[
+            format!("simulation.outer_paths={}", batch.max(1)),
+            "simulation.value_t0=nested".into(),
+        ],
     )?;
     let j = (sc.exposure_dates / 2).max(1);
     let sim = if f32_matrices {
@@ -493,7 +498,8 @@ pub struct RunBenchRow {
 }
 
 /// Asset-steps simulated by a run: outer paths over all dates, and at every date `t_k`
-/// the inner paths up to the last maturity after it.
+/// with an inner stage ([`Scenario::inner_stage_end`]) the inner paths up to the last
+/// maturity after it.
 pub fn path_steps(sc: &Scenario) -> f64 {
     let n = sc.exposure_dates;
     let d = sc.market.assets.len() as f64;
@@ -502,14 +508,7 @@ pub fn path_steps(sc: &Scenario) -> f64 {
         sc.simulation.inner_paths as f64,
     );
     let inner_steps: usize = (0..n)
-        .filter_map(|k| {
-            sc.portfolio
-                .iter()
-                .map(|p| p.maturity_index)
-                .filter(|&mi| mi > k)
-                .max()
-                .map(|last| last - k)
-        })
+        .filter_map(|k| sc.inner_stage_end(k).map(|last| last - k))
         .sum();
     m0 * d * (n as f64 + m * inner_steps as f64)
 }

@@ -247,8 +247,7 @@ pub fn simulate<T: Real>(
             let mut values = vec![0.0; c];
             pay_maturing(positions, k, &mut alive, |l| state(l, k), &mut values);
             timings.exposure += t.elapsed();
-            let last = last_maturity_after(positions, k);
-            if let Some(last) = last {
+            if let Some(last) = scenario.inner_stage_end(k) {
                 let t = Instant::now();
                 simulate_inner_paths(&setup, &outer, c0, c, k, last - k, &mut inner_buf);
                 timings.paths += t.elapsed();
@@ -395,16 +394,6 @@ pub(crate) fn value_or_exercise<'a>(
         *v += pos.quantity * value;
     }
     exercises
-}
-
-/// The last maturity index after date `k`: how far inner paths from `t_k` must run
-/// (`None`: every position has matured).
-pub(crate) fn last_maturity_after(positions: &[Position], k: usize) -> Option<usize> {
-    positions
-        .iter()
-        .map(|p| p.maturity_index)
-        .filter(|&mi| mi > k)
-        .max()
 }
 
 /// Outer paths `c0..c0+c`: `[l][k][i]`, `k = 0..=N`.

@@ -7,7 +7,7 @@
 //! `X^{(l)} = (1 - R) Σ_k D_{k+1} (P_{k+1}^{(l)})^+ (S(t_k) - S(t_{k+1}))`, whose sample
 //! standard deviation over `sqrt(M_0)` is the standard error.
 
-use crate::scenario::Scenario;
+use crate::scenario::{Scenario, ValueT0};
 
 /// One row of the exposure profile (date `t_k`).
 #[derive(Debug, Clone, PartialEq)]
@@ -40,8 +40,9 @@ pub struct CvaEstimate {
     pub cva_std_error: f64,
     /// 95% confidence interval `cva ± 1.96 SE`.
     pub cva_ci: (f64, f64),
-    /// `E[P_0]`: the portfolio value at `t_0`, averaged over the outer paths' inner
-    /// simulations.
+    /// `V_0`, the portfolio value at `t_0` (by `simulation.value_t0`): `e^{-r t_1}` times
+    /// the mean of the outer paths' values at `t_1` ([`ValueT0::DiscountedT1`]), or the
+    /// mean of their inner estimates at `t_0` ([`ValueT0::Nested`]).
     pub value_t0: f64,
     pub value_t0_std_error: f64,
     pub profile: Vec<ExposureRow>,
@@ -150,7 +151,40 @@ impl DateFactors {
     }
 }
 
+/// The date whose netted values estimate `V_0`: 1 ([`ValueT0::DiscountedT1`]) or 0
+/// ([`ValueT0::Nested`]).
+pub fn value_t0_date(scenario: &Scenario) -> usize {
+    match scenario.simulation.value_t0 {
+        ValueT0::DiscountedT1 => 1,
+        ValueT0::Nested => 0,
+    }
+}
+
 impl CvaEstimate {
+    /// Assembles the estimate from the profile's rows `0..=N`, the CVA with its standard
+    /// error, and the mean and standard error of the netted values at
+    /// [`value_t0_date`]. With [`ValueT0::DiscountedT1`] these are discounted to `t_0`
+    /// (`V_0 = e^{-r t_1} E[P_1]`), and the `t_0` row, computed from values that no inner
+    /// stage produced, is replaced by the deterministic exposure `V_0` (EE `V_0`, EPE and
+    /// PFE `V_0^+`, ENE `min(V_0, 0)`; its CVA contribution is 0).
+    pub fn assemble(
+        scenario: &Scenario,
+        f: &DateFactors,
+        mut profile: Vec<ExposureRow>,
+        cva: (f64, f64),
+        value: (f64, f64),
+    ) -> Self {
+        let value_t0 = match scenario.simulation.value_t0 {
+            ValueT0::Nested => value,
+            ValueT0::DiscountedT1 => {
+                let (v, se) = (f.discount[1] * value.0, f.discount[1] * value.1);
+                profile[0] = f.row(0, v, v.max(0.0), v.min(0.0), v.max(0.0));
+                (v, se)
+            }
+        };
+        Self::new(profile, cva, value_t0)
+    }
+
     /// Assembles the estimate from the CVA and `V_0` with their standard errors.
     pub fn new(profile: Vec<ExposureRow>, cva: (f64, f64), value_t0: (f64, f64)) -> Self {
         let (cva, cva_std_error) = cva;
@@ -195,6 +229,6 @@ pub fn estimate(scenario: &Scenario, netted: &[f64], outer_paths: usize) -> CvaE
             .sum::<f64>()
     });
     let cva = mean_std_error(per_path);
-    let value_t0 = mean_std_error(at(0).iter().copied());
-    CvaEstimate::new(profile, cva, value_t0)
+    let value = mean_std_error(at(value_t0_date(scenario)).iter().copied());
+    CvaEstimate::assemble(scenario, &f, profile, cva, value)
 }

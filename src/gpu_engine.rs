@@ -50,7 +50,6 @@
 //! twice, for measuring its energy: [`GpuEngine::launches`]).
 
 use crate::basis::BasisFunctions;
-use crate::engine::last_maturity_after;
 use crate::engine::{NestedSimulation, PhaseTimings, Progress, RegressionStepStats};
 use crate::exposure::{self, CvaEstimate, DateFactors};
 use crate::model::correlation_factor;
@@ -519,7 +518,7 @@ pub fn estimate_on_device(
     let ranks = vec![[lo as u64, hi as u64]; dates];
     let st = kernels.exposure_statistics(
         netted,
-        (outer_paths, dates),
+        (outer_paths, dates, exposure::value_t0_date(scenario)),
         (f.lgd, &f.discount, &f.default_probability),
         &ranks,
     )?;
@@ -533,10 +532,12 @@ pub fn estimate_on_device(
         })
         .collect();
     let welford = |w: [f64; 3]| exposure::welford_mean_std_error(w[0] as usize, w[1], w[2]);
-    Ok(CvaEstimate::new(
+    Ok(CvaEstimate::assemble(
+        scenario,
+        &f,
         profile,
         welford(st.cva),
-        welford(st.value_t0),
+        welford(st.value),
     ))
 }
 
@@ -1010,7 +1011,7 @@ impl<T: GpuReal> GpuEngine<T> {
         pclock: &mut PhaseClock,
     ) -> Result<Option<CudaEvent>, GpuError> {
         let positions = &scenario.portfolio;
-        let Some(last) = last_maturity_after(positions, k) else {
+        let Some(last) = scenario.inner_stage_end(k) else {
             return Ok(None);
         };
         let (n_dates, m, d) = (
@@ -1173,7 +1174,7 @@ impl<T: GpuReal> GpuEngine<T> {
                 }
             }
             clock.mark(stream, Phase::Exposure, "pay maturing")?;
-            let Some(last) = last_maturity_after(positions, k) else {
+            let Some(last) = scenario.inner_stage_end(k) else {
                 clock.flush(timings)?;
                 if k < n_dates {
                     progress.date_done();

@@ -149,8 +149,14 @@ fn run(args: RunArgs) -> Result<()> {
             s.cva, s.cva_std_error, s.cva_ci_low, s.cva_ci_high
         );
         println!(
-            "value at t0     {:.6}  (std error {:.6})",
-            s.value_t0, s.value_t0_std_error
+            "value at t0     {:.6}  (std error {:.6}; {})",
+            s.value_t0,
+            s.value_t0_std_error,
+            if s.value_t0_method == "nested" {
+                "inner stage at t0 on every outer path"
+            } else {
+                "exp(-r t1) E[P(t1)] over the outer paths"
+            }
         );
         println!(
             "paths           {} outer x {} inner{}, {} dates over {} years",

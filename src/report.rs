@@ -20,6 +20,8 @@ pub struct Summary {
     pub cva_ci_high: f64,
     pub value_t0: f64,
     pub value_t0_std_error: f64,
+    /// How `value_t0` was estimated (`simulation.value_t0`: `discounted_t1` or `nested`).
+    pub value_t0_method: String,
     /// Flat hazard rate (per year); `None` for a piecewise-constant curve.
     pub hazard_rate: Option<f64>,
     pub recovery_rate: f64,

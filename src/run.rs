@@ -169,6 +169,7 @@ pub fn run(scenario: &Scenario, threads: usize, progress: &dyn Progress) -> Resu
         cva_ci_high: estimate.cva_ci.1,
         value_t0: estimate.value_t0,
         value_t0_std_error: estimate.value_t0_std_error,
+        value_t0_method: sim.value_t0.name().into(),
         hazard_rate: scenario.counterparty.hazard.flat_rate(),
         recovery_rate: scenario.counterparty.recovery_rate,
         horizon: scenario.horizon,

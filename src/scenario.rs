@@ -117,6 +117,8 @@ struct RawSimulation {
     itm_only: bool,
     #[serde(default)]
     antithetic: bool,
+    #[serde(default)]
+    value_t0: ValueT0,
     #[serde(default = "default_precision")]
     precision: Precision,
     #[serde(default = "default_solver")]
@@ -192,6 +194,45 @@ pub enum Backend {
     Auto,
     Cpu,
     Gpu,
+}
+
+/// How the portfolio value at `t_0`, `V_0`, is estimated (`simulation.value_t0`).
+///
+/// The CVA sums the exposures at `t_1 .. t_N` only (formula (2) of Abbas-Turki &
+/// Graillat 2016, whose nested Monte Carlo runs the inner stage at `t_1 .. t_{N-1}`,
+/// Section 2), and at `t_0` every outer path is in the same state, so an inner stage
+/// there on each of the `M_0` outer paths prices one state `M_0` times. The choice
+/// changes `value_t0`, its standard error and the `t_0` row of the profile. The later
+/// dates draw the same random numbers either way; their values, and so the CVA, are the
+/// same bits where the escalating solver's memory rule (each exercise date's start
+/// level, carried from one exposure date to the next) takes the same path, as in every
+/// f64 run of the shipped scenarios. Where it does not (f32, ill-conditioned systems),
+/// the solves of the later dates start at another level and their decisions can move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ValueT0 {
+    /// `V_0 = e^{-r t_1} E[P_{t_1}]` from the outer paths' values at `t_1` (no exercise
+    /// or cash flow falls in `(t_0, t_1)`), with the standard error of that mean; no
+    /// inner stage at `t_0`. The `t_0` row is the deterministic exposure `V_0`.
+    #[default]
+    DiscountedT1,
+    /// An inner stage at `t_0` on every outer path, as at the later dates: `V_0` is the
+    /// mean of the `M_0` inner estimates (its standard error is the inner estimator's
+    /// noise), and the `t_0` row their profile. That stage is the run's longest: with
+    /// the last maturity at `t_N`, `N` of the `N (N + 1) / 2` inner steps and `N - 1` of
+    /// the `N (N - 1) / 2` regressions per outer path and American position (basket29:
+    /// 10 of 55 and 9 of 45).
+    Nested,
+}
+
+impl ValueT0 {
+    /// The name as written in a scenario.
+    pub fn name(self) -> &'static str {
+        match self {
+            ValueT0::DiscountedT1 => "discounted_t1",
+            ValueT0::Nested => "nested",
+        }
+    }
 }
 
 /// What a position pays on: one asset, a weighted average, or the best of several.
@@ -379,6 +420,8 @@ pub struct Simulation {
     /// the negated normals of inner path `2j` (whose stream it shares), so each pair's
     /// shocks are `z` and `-z`. Needs an even `inner_paths`. Outer paths are unaffected.
     pub antithetic: bool,
+    /// How `V_0` is estimated, and whether an inner stage runs at `t_0`.
+    pub value_t0: ValueT0,
     pub precision: Precision,
     pub strategy: cva_kernels::Strategy,
     pub solver_params: cva_kernels::SolverParams,
@@ -406,6 +449,20 @@ impl Scenario {
     /// `t_k` in years.
     pub fn time(&self, k: usize) -> f64 {
         self.horizon * k as f64 / self.exposure_dates as f64
+    }
+
+    /// The date index up to which the inner paths from `t_k` run (the last maturity after
+    /// `t_k`), or `None` where date `k` has no inner stage: every position has matured,
+    /// or `k = 0` without [`ValueT0::Nested`].
+    pub fn inner_stage_end(&self, k: usize) -> Option<usize> {
+        if k == 0 && self.simulation.value_t0 != ValueT0::Nested {
+            return None;
+        }
+        self.portfolio
+            .iter()
+            .map(|p| p.maturity_index)
+            .filter(|&mi| mi > k)
+            .max()
     }
 
     /// Reads and validates a scenario file, applying `overrides` (`path.to.field=value`,
@@ -854,6 +911,7 @@ fn validate(raw: RawScenario, default_name: &str) -> Result<Scenario, ScenarioEr
             basis,
             itm_only: s.itm_only,
             antithetic: s.antithetic,
+            value_t0: s.value_t0,
             precision: s.precision,
             strategy,
             solver_params,

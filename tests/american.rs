@@ -57,6 +57,10 @@ fn american_put_value_matches_binomial_tree() {
             "simulation.inner_paths=2000",
             "--set",
             "simulation.outer_paths=200",
+            // The Longstaff–Schwartz estimate at t_0 itself (no exercise decision at t_1
+            // on noisy estimates in between).
+            "--set",
+            "simulation.value_t0=nested",
         ],
     );
     let (v, se) = (f(&s, "value_t0"), f(&s, "value_t0_std_error"));

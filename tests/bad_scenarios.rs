@@ -160,6 +160,16 @@ fn antithetic_with_an_odd_number_of_inner_paths() {
 }
 
 #[test]
+fn unknown_value_t0_method() {
+    rejects(
+        &american_put(),
+        &["--set", "simulation.value_t0=at_t1"],
+        "simulation.value_t0",
+        "`discounted_t1` or `nested`",
+    );
+}
+
+#[test]
 fn recovery_outside_unit_interval() {
     let t = replace(&american_put(), "recovery_rate: 0.4", "recovery_rate: 1.5");
     rejects(&t, &[], "counterparty.recovery_rate", "[0, 1]");

@@ -44,6 +44,7 @@ fn antithetic_inner_paths_reduce_the_inner_variance() {
             "simulation.outer_paths=400".to_string(),
             "simulation.inner_paths=200".to_string(),
             "simulation.seed=5".to_string(),
+            "simulation.value_t0=nested".to_string(),
             format!("simulation.antithetic={antithetic}"),
         ];
         let sc = Scenario::load(&scenario("european_call.yaml"), &sets).unwrap();

@@ -105,6 +105,16 @@ fn gpu_matches_cpu_with(file: &str, outer: usize, extra: &[&str]) {
     compare_solver_stats(file, dirs[0].path(), dirs[1].path());
     let ((g, ge), (c, ce)) = (&runs[0], &runs[1]);
     let (cva_g, cva_c, se) = (f(g, "cva"), f(c, "cva"), f(c, "cva_std_error"));
+    let (v_g, v_c, v_se) = (
+        f(g, "value_t0"),
+        f(c, "value_t0"),
+        f(c, "value_t0_std_error"),
+    );
+    assert_eq!(g["value_t0_method"], c["value_t0_method"]);
+    println!(
+        "{file}: value at t0 ({}) gpu {v_g} cpu {v_c} (std error {v_se})",
+        c["value_t0_method"]
+    );
     println!(
         "{file} ({outer} outer paths): CVA gpu {cva_g} cpu {cva_c} (std error {se}); \
          wall gpu {:.3} s cpu {:.3} s; device {}; systems gpu {} cpu {}; failures gpu {} cpu {}; \
@@ -139,6 +149,10 @@ fn gpu_matches_cpu_with(file: &str, outer: usize, extra: &[&str]) {
     assert!(
         (cva_g - cva_c).abs() <= 0.05 * se,
         "{file}: CVA on the GPU {cva_g} differs from the CPU's {cva_c} by more than 5% of the standard error {se}"
+    );
+    assert!(
+        (v_g - v_c).abs() <= 0.05 * v_se,
+        "{file}: value at t0 on the GPU {v_g} differs from the CPU's {v_c} by more than 5% of its standard error {v_se}"
     );
 }
 
@@ -270,6 +284,16 @@ fn gpu_matches_cpu_with_antithetic_inner_paths() {
     gpu_matches_cpu_with("netting_set.yaml", 300, &anti);
 }
 
+/// With the inner stage at t_0 (`simulation.value_t0=nested`): the longest date's inner
+/// paths and regressions on both backends.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_matches_cpu_with_an_inner_stage_at_t0() {
+    let nested = ["--set", "simulation.value_t0=nested"];
+    gpu_matches_cpu_with("basket29.yaml", 300, &nested);
+    gpu_matches_cpu_with("netting_set.yaml", 300, &nested);
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_matches_cpu_on_european_call() {
@@ -382,6 +406,7 @@ fn close(a: f64, b: f64, rel: f64, scale: f64) -> bool {
 fn exposure_statistics_on_the_gpu_match_the_host() {
     use cva::exposure::estimate;
     use cva::gpu_engine::estimate_on_device;
+    use cva::scenario::ValueT0;
     use cva_kernels::cuda::engine::driver::CudaContext;
     use cva_kernels::cuda::engine::EngineKernels;
     let ctx = CudaContext::new(0).unwrap();
@@ -400,67 +425,76 @@ fn exposure_statistics_on_the_gpu_match_the_host() {
         (100_003, 0.99, 8),
         (777_777, 0.9, 9),
     ] {
-        sc.simulation.pfe_quantile = q;
-        let netted = awkward_netted(m0, dates, seed);
-        let host = estimate(&sc, &netted, m0);
-        let dev = stream.clone_htod(&netted).unwrap();
-        let gpu = estimate_on_device(&kernels, &sc, &dev.as_view(), m0).unwrap();
-        let mut worst = 0.0f64;
-        for (g, h) in gpu.profile.iter().zip(&host.profile) {
-            let k = h.date_index;
-            assert_eq!(g.date_index, k);
-            assert_eq!(g.time, h.time);
-            assert_eq!(g.discount_factor, h.discount_factor);
-            assert_eq!(g.default_probability, h.default_probability);
-            // The order statistics are exact: the PFE is the host's, bit for bit
-            // (up to the sign of a zero).
-            assert!(
-                g.pfe == h.pfe || (g.pfe.is_nan() && h.pfe.is_nan()),
-                "m0 {m0} q {q} date {k}: PFE gpu {} host {}",
-                g.pfe,
-                h.pfe
-            );
-            // Sums in another order: rounding only (relative to the mean |P|).
-            let scale = netted[k * m0..(k + 1) * m0]
-                .iter()
-                .filter(|v| !v.is_nan())
-                .map(|v| v.abs())
-                .sum::<f64>()
-                / m0 as f64;
-            for (name, a, b) in [
-                ("ee", g.ee, h.ee),
-                ("epe", g.epe, h.epe),
-                ("ene", g.ene, h.ene),
-                ("discounted_epe", g.discounted_epe, h.discounted_epe),
-                ("cva_contribution", g.cva_contribution, h.cva_contribution),
-            ] {
+        for value_t0 in [ValueT0::DiscountedT1, ValueT0::Nested] {
+            sc.simulation.pfe_quantile = q;
+            sc.simulation.value_t0 = value_t0;
+            let netted = awkward_netted(m0, dates, seed);
+            let host = estimate(&sc, &netted, m0);
+            let dev = stream.clone_htod(&netted).unwrap();
+            let gpu = estimate_on_device(&kernels, &sc, &dev.as_view(), m0).unwrap();
+            let mut worst = 0.0f64;
+            for (g, h) in gpu.profile.iter().zip(&host.profile) {
+                let k = h.date_index;
+                assert_eq!(g.date_index, k);
+                assert_eq!(g.time, h.time);
+                assert_eq!(g.discount_factor, h.discount_factor);
+                assert_eq!(g.default_probability, h.default_probability);
+                // The order statistics are exact: the PFE is the host's, bit for bit
+                // (up to the sign of a zero).
                 assert!(
-                    close(a, b, 1e-12, scale),
-                    "m0 {m0} date {k} {name}: gpu {a} host {b}"
+                    g.pfe == h.pfe || (g.pfe.is_nan() && h.pfe.is_nan()),
+                    "m0 {m0} q {q} date {k}: PFE gpu {} host {}",
+                    g.pfe,
+                    h.pfe
                 );
-                if !a.is_nan() && a != b {
-                    worst = worst.max((a - b).abs() / scale.max(b.abs()));
+                // Sums in another order: rounding only (relative to the mean |P|).
+                let scale = netted[k * m0..(k + 1) * m0]
+                    .iter()
+                    .filter(|v| !v.is_nan())
+                    .map(|v| v.abs())
+                    .sum::<f64>()
+                    / m0 as f64;
+                for (name, a, b) in [
+                    ("ee", g.ee, h.ee),
+                    ("epe", g.epe, h.epe),
+                    ("ene", g.ene, h.ene),
+                    ("discounted_epe", g.discounted_epe, h.discounted_epe),
+                    ("cva_contribution", g.cva_contribution, h.cva_contribution),
+                ] {
+                    assert!(
+                        close(a, b, 1e-12, scale),
+                        "m0 {m0} date {k} {name}: gpu {a} host {b}"
+                    );
+                    if !a.is_nan() && a != b {
+                        worst = worst.max((a - b).abs() / scale.max(b.abs()));
+                    }
                 }
             }
-        }
-        for (name, a, b, rel) in [
-            ("cva", gpu.cva, host.cva, 1e-12),
-            ("cva_std_error", gpu.cva_std_error, host.cva_std_error, 1e-9),
-            ("value_t0", gpu.value_t0, host.value_t0, 1e-12),
-            (
-                "value_t0_std_error",
-                gpu.value_t0_std_error,
-                host.value_t0_std_error,
-                1e-9,
-            ),
-        ] {
-            assert!(close(a, b, rel, 0.0), "m0 {m0}: {name} gpu {a} host {b}");
-        }
-        println!(
-            "m0 {m0} q {q}: CVA gpu {:e} host {:e} (SE {:e} / {:e}); V0 {:e} / {:e}; \
+            for (name, a, b, rel) in [
+                ("cva", gpu.cva, host.cva, 1e-12),
+                ("cva_std_error", gpu.cva_std_error, host.cva_std_error, 1e-9),
+                ("value_t0", gpu.value_t0, host.value_t0, 1e-12),
+                (
+                    "value_t0_std_error",
+                    gpu.value_t0_std_error,
+                    host.value_t0_std_error,
+                    1e-9,
+                ),
+            ] {
+                assert!(close(a, b, rel, 0.0), "m0 {m0}: {name} gpu {a} host {b}");
+            }
+            println!(
+                "m0 {m0} q {q} {}: CVA gpu {:e} host {:e} (SE {:e} / {:e}); V0 {:e} / {:e}; \
              PFE equal on {dates} dates; largest relative sum difference {worst:.2e}",
-            gpu.cva, host.cva, gpu.cva_std_error, host.cva_std_error, gpu.value_t0, host.value_t0
-        );
+                value_t0.name(),
+                gpu.cva,
+                host.cva,
+                gpu.cva_std_error,
+                host.cva_std_error,
+                gpu.value_t0,
+                host.value_t0
+            );
+        }
     }
 }
 

@@ -35,6 +35,7 @@ fn basket29_reports_have_expected_shape() {
         "cva",
         "cva_std_error",
         "value_t0",
+        "value_t0_method",
         "outer_paths",
         "antithetic",
         "systems_solved",
@@ -47,6 +48,7 @@ fn basket29_reports_have_expected_shape() {
         Some(false)
     );
     assert_eq!(s["antithetic"].as_bool(), Some(false));
+    assert_eq!(s["value_t0_method"].as_str(), Some("discounted_t1"));
     assert_eq!(
         summary.column("cva").unwrap().f64().unwrap().get(0),
         Some(f(&s, "cva"))
@@ -76,10 +78,17 @@ fn basket29_reports_have_expected_shape() {
         .sum()
         .unwrap();
     assert!((contributions - f(&s, "cva")).abs() <= 1e-12 * contributions.abs().max(1.0));
+    // The t_0 row is the deterministic exposure V_0 (no inner stage at t_0 by default).
+    let at0 = |c: &str| exposure.column(c).unwrap().f64().unwrap().get(0).unwrap();
+    let v0 = f(&s, "value_t0");
+    assert_eq!(at0("ee"), v0);
+    assert_eq!(at0("epe"), v0.max(0.0));
+    assert_eq!(at0("pfe"), v0.max(0.0));
 
     let stats = read(&dir.path().join("solver_stats.parquet"));
-    // Exposure dates k = 0..8 each regress at exercise dates j = k+1..9: 9+8+...+1 = 45.
-    assert_eq!(stats.height(), 45);
+    // Exposure dates k = 1..8 each regress at exercise dates j = k+1..9: 8+7+...+1 = 36
+    // (t_0 has no inner stage unless simulation.value_t0 is nested).
+    assert_eq!(stats.height(), 36);
     for c in [
         "exposure_date",
         "exercise_date",

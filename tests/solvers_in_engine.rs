@@ -21,6 +21,8 @@ fn escalation_beats_ldlt_on_f32_basket29_matrices() {
             "portfolio[0].strike=1.2".into(),
             "simulation.outer_paths=4096".into(),
             "simulation.precision=f32".into(),
+            // Exposure date 0 has an inner stage only with the nested t_0 value.
+            "simulation.value_t0=nested".into(),
         ],
     )
     .unwrap();

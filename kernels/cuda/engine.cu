@@ -855,10 +855,11 @@ __device__ __forceinline__ EngineWelford engine_welford_merge(EngineWelford a, E
 }
 
 // Welford states of X_l = sum_{k=1..dates-1} lgd * df[k] * P_k^+ * dp[k] (the CVA per
-// outer path, added in k order as exposure::estimate) and of P_0, per block:
-// partial[block * 6 + {n, mean, m2 of X, n, mean, m2 of P_0}] (fixed grid: deterministic).
+// outer path, added in k order as exposure::estimate) and of P_v, v = value_date (the
+// values V_0 is estimated from), per block:
+// partial[block * 6 + {n, mean, m2 of X, n, mean, m2 of P_v}] (fixed grid: deterministic).
 extern "C" __global__ void engine_stats_welford(const double* __restrict__ netted, long long m0,
-                                                int dates, double lgd,
+                                                int dates, int value_date, double lgd,
                                                 const double* __restrict__ df,
                                                 const double* __restrict__ dp,
                                                 double* __restrict__ partial) {
@@ -869,7 +870,7 @@ extern "C" __global__ void engine_stats_welford(const double* __restrict__ nette
         double x = 0.0;
         for (int k = 1; k < dates; ++k) x = x + lgd * df[k] * engine_pos(netted[k * m0 + l]) * dp[k];
         engine_welford_push(wx, x);
-        engine_welford_push(w0, netted[l]);
+        engine_welford_push(w0, netted[value_date * m0 + l]);
     }
     sx[threadIdx.x] = wx;
     s0[threadIdx.x] = w0;

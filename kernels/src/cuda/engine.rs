@@ -361,8 +361,8 @@ pub struct ExposureSums {
     pub order_statistics: Vec<[f64; 2]>,
     /// Welford state `(n, mean, M2)` of the CVA per outer path.
     pub cva: [f64; 3],
-    /// Welford state `(n, mean, M2)` of `P_0`.
-    pub value_t0: [f64; 3],
+    /// Welford state `(n, mean, M2)` of `P_v`, `v` the `value_date` asked for.
+    pub value: [f64; 3],
 }
 
 /// The compiled engine module on one stream.
@@ -967,21 +967,23 @@ impl EngineKernels {
     /// Exposure statistics of `netted[k * m0 + l]`, `k < dates`, `l < m0`: per date the
     /// sums of `P`, `P^+`, `P^-` and the order statistics `ranks[k]` (0-based, ascending)
     /// of `P^+` (exact: radix select on the bits); the Welford states of the CVA per
-    /// outer path `X_l = Σ_{k >= 1} lgd * df[k] * P_k^+ * dp[k]` and of `P_0`. Only these
-    /// numbers are copied back.
+    /// outer path `X_l = Σ_{k >= 1} lgd * df[k] * P_k^+ * dp[k]` and of `P_v`,
+    /// `v = value_date` (the values the portfolio value at `t_0` is estimated from). Only
+    /// these numbers are copied back.
     ///
     /// # Errors
-    /// [`GpuError::Invalid`] for inconsistent lengths or `m0` above `u32::MAX`, driver
-    /// errors.
+    /// [`GpuError::Invalid`] for inconsistent lengths, `value_date >= dates` or `m0` above
+    /// `u32::MAX`, driver errors.
     pub fn exposure_statistics(
         &self,
         netted: &CudaView<f64>,
-        (m0, dates): (usize, usize),
+        (m0, dates, value_date): (usize, usize, usize),
         (lgd, df, dp): (f64, &[f64], &[f64]),
         ranks: &[[u64; 2]],
     ) -> Result<ExposureSums, GpuError> {
         if m0 == 0
             || dates == 0
+            || value_date >= dates
             || netted.len() < m0 * dates
             || df.len() != dates
             || dp.len() != dates
@@ -1027,17 +1029,20 @@ impl EngineKernels {
         let dp_dev = s.clone_htod(dp)?;
         let mut wpartial = s.alloc_zeros::<f64>(STATS_BLOCKS as usize * 6)?;
         let mut welford = s.alloc_zeros::<f64>(6)?;
+        let value_date_arg = value_date as i32;
         let mut l = s.launch_builder(&self.stats_welford);
         l.arg(netted)
             .arg(&m0_arg)
             .arg(&dates_arg)
+            .arg(&value_date_arg)
             .arg(&lgd)
             .arg(&df_dev)
             .arg(&dp_dev)
             .arg(&mut wpartial);
-        // SAFETY: matches `engine_stats_welford` (const double*, long long, int, double,
-        // const double*, const double*, double*); netted holds dates*m0, df and dp dates,
-        // wpartial blocks*6 doubles; block size ENGINE_STATS_THREADS.
+        // SAFETY: matches `engine_stats_welford` (const double*, long long, int, int,
+        // double, const double*, const double*, double*); netted holds dates*m0 and
+        // value_date < dates (checked), df and dp dates, wpartial blocks*6 doubles; block
+        // size ENGINE_STATS_THREADS.
         unsafe {
             l.launch(LaunchConfig {
                 grid_dim: (STATS_BLOCKS, 1, 1),
@@ -1092,7 +1097,7 @@ impl EngineKernels {
                 .map(|w| [f64::from_bits(w[0]), f64::from_bits(w[1])])
                 .collect(),
             cva: [welford_h[0], welford_h[1], welford_h[2]],
-            value_t0: [welford_h[3], welford_h[4], welford_h[5]],
+            value: [welford_h[3], welford_h[4], welford_h[5]],
         })
     }
 }
