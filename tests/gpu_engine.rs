@@ -310,11 +310,14 @@ fn gpu_matches_cpu_on_netting_set() {
 #[ignore = "needs a CUDA GPU"]
 fn gpu_matches_cpu_in_f32() {
     // f32 regression. In f32 the cubic basis of this scenario is ill-conditioned: the
-    // memory rule sends almost every system to the truncated divide and conquer (76,147
-    // of 76,963 on the CPU), whose GPU solutions agree with the CPU's within
+    // memory rule sends almost every system to the truncated divide and conquer (70,672
+    // of 71,439 on the CPU), whose GPU solutions agree with the CPU's within
     // `condition_threshold * n * eps` relative (the bound of the solver tests), not
-    // bitwise. That moves exercise decisions near the boundary, so the f32 bound is
-    // 0.25 standard errors; issue 5's 0.05 holds in f64 (the `gpu_matches_cpu_on_*` tests).
+    // bitwise. That flips exercise decisions near the boundary, along the inner and the
+    // outer paths, more or less at random: over seeds 2001 and 1-7, with and without the
+    // inner stage at t_0, |CVA gpu - cpu| was 0.007-0.82 standard errors (median 0.19;
+    // benches/RESULTS.md, forty-first session, call 2), so the f32 bound is one standard
+    // error. Issue 5's 0.05 holds in f64 (the `gpu_matches_cpu_*` tests).
     let sc = scenario("american_put.yaml");
     let mut runs = Vec::new();
     for backend in ["gpu", "cpu"] {
@@ -336,7 +339,7 @@ fn gpu_matches_cpu_in_f32() {
         f(c, "cva"),
         f(c, "cva_std_error")
     );
-    assert!((f(g, "cva") - f(c, "cva")).abs() <= 0.25 * f(c, "cva_std_error"));
+    assert!((f(g, "cva") - f(c, "cva")).abs() <= f(c, "cva_std_error"));
 }
 
 #[test]
