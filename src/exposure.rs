@@ -151,19 +151,10 @@ impl DateFactors {
     }
 }
 
-/// The date whose netted values estimate `V_0`: 1 ([`ValueT0::DiscountedT1`]) or 0
-/// ([`ValueT0::Nested`]).
-pub fn value_t0_date(scenario: &Scenario) -> usize {
-    match scenario.simulation.value_t0 {
-        ValueT0::DiscountedT1 => 1,
-        ValueT0::Nested => 0,
-    }
-}
-
 impl CvaEstimate {
     /// Assembles the estimate from the profile's rows `0..=N`, the CVA with its standard
     /// error, and the mean and standard error of the netted values at
-    /// [`value_t0_date`]. With [`ValueT0::DiscountedT1`] these are discounted to `t_0`
+    /// [`ValueT0::values_date`]. With [`ValueT0::DiscountedT1`] these are discounted to `t_0`
     /// (`V_0 = e^{-r t_1} E[P_1]`), and the `t_0` row, computed from values that no inner
     /// stage produced, is replaced by the deterministic exposure `V_0` (EE `V_0`, EPE and
     /// PFE `V_0^+`, ENE `min(V_0, 0)`; its CVA contribution is 0).
@@ -174,7 +165,7 @@ impl CvaEstimate {
         cva: (f64, f64),
         value: (f64, f64),
     ) -> Self {
-        let value_t0 = match scenario.simulation.value_t0 {
+        let (value_t0, value_t0_std_error) = match scenario.simulation.value_t0 {
             ValueT0::Nested => value,
             ValueT0::DiscountedT1 => {
                 let (v, se) = (f.discount[1] * value.0, f.discount[1] * value.1);
@@ -182,18 +173,13 @@ impl CvaEstimate {
                 (v, se)
             }
         };
-        Self::new(profile, cva, value_t0)
-    }
-
-    /// Assembles the estimate from the CVA and `V_0` with their standard errors.
-    pub fn new(profile: Vec<ExposureRow>, cva: (f64, f64), value_t0: (f64, f64)) -> Self {
         let (cva, cva_std_error) = cva;
         Self {
             cva,
             cva_std_error,
             cva_ci: (cva - 1.96 * cva_std_error, cva + 1.96 * cva_std_error),
-            value_t0: value_t0.0,
-            value_t0_std_error: value_t0.1,
+            value_t0,
+            value_t0_std_error,
             profile,
         }
     }
@@ -229,6 +215,10 @@ pub fn estimate(scenario: &Scenario, netted: &[f64], outer_paths: usize) -> CvaE
             .sum::<f64>()
     });
     let cva = mean_std_error(per_path);
-    let value = mean_std_error(at(value_t0_date(scenario)).iter().copied());
+    let value = mean_std_error(
+        at(scenario.simulation.value_t0.values_date())
+            .iter()
+            .copied(),
+    );
     CvaEstimate::assemble(scenario, &f, profile, cva, value)
 }

@@ -518,7 +518,11 @@ pub fn estimate_on_device(
     let ranks = vec![[lo as u64, hi as u64]; dates];
     let st = kernels.exposure_statistics(
         netted,
-        (outer_paths, dates, exposure::value_t0_date(scenario)),
+        (
+            outer_paths,
+            dates,
+            scenario.simulation.value_t0.values_date(),
+        ),
         (f.lgd, &f.discount, &f.default_probability),
         &ranks,
     )?;

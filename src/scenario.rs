@@ -233,6 +233,15 @@ impl ValueT0 {
             ValueT0::Nested => "nested",
         }
     }
+
+    /// The date whose netted values estimate `V_0`: 1 ([`ValueT0::DiscountedT1`]) or 0
+    /// ([`ValueT0::Nested`]).
+    pub fn values_date(self) -> usize {
+        match self {
+            ValueT0::DiscountedT1 => 1,
+            ValueT0::Nested => 0,
+        }
+    }
 }
 
 /// What a position pays on: one asset, a weighted average, or the best of several.
