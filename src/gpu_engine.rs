@@ -325,30 +325,40 @@ struct ChunkShape {
     /// The largest basis size (1 without American positions).
     nmax: usize,
     /// Regression steps of a chunk: per American position maturing at `t_mi`,
-    /// `mi - k - 1` at each exposure date `k < mi`.
+    /// `mi - k - 1` at each exposure date `k < mi` with an inner stage.
     cap: usize,
-    /// Dates the inner paths of one exposure date span at most.
-    steps: usize,
+    /// Dates the inner paths of one exposure date span at most, over the even dates
+    /// (buffer set 0) and the odd ones (set 1).
+    set_steps: [usize; 2],
 }
 
 impl ChunkShape {
     fn new(scenario: &Scenario, americans: &[(usize, usize)]) -> Self {
         let nmax = americans.iter().map(|&(_, n)| n).max().unwrap_or(1);
+        // (exposure date, dates its inner paths span) of every inner stage.
+        let stages: Vec<(usize, usize)> = (0..scenario.exposure_dates)
+            .filter_map(|k| scenario.inner_stage_end(k).map(|end| (k, end - k)))
+            .collect();
         let cap = americans
             .iter()
             .map(|&(p, _)| {
                 let mi = scenario.portfolio[p].maturity_index;
-                mi * mi.saturating_sub(1) / 2
+                stages
+                    .iter()
+                    .filter(|&&(k, _)| k < mi)
+                    .map(|&(k, _)| mi - k - 1)
+                    .sum::<usize>()
             })
             .sum::<usize>()
             .max(1);
-        let steps = scenario
-            .portfolio
-            .iter()
-            .map(|p| p.maturity_index)
-            .max()
-            .unwrap_or(0)
-            .max(1);
+        let set_steps = [0, 1].map(|set| {
+            stages
+                .iter()
+                .filter(|&&(k, _)| k % 2 == set)
+                .map(|&(_, steps)| steps)
+                .max()
+                .unwrap_or(0)
+        });
         Self {
             n_dates: scenario.exposure_dates,
             m: scenario.simulation.inner_paths,
@@ -356,7 +366,7 @@ impl ChunkShape {
             positions: scenario.portfolio.len(),
             nmax,
             cap,
-            steps,
+            set_steps,
         }
     }
 
@@ -364,7 +374,7 @@ impl ChunkShape {
     /// systems.
     fn bytes_per_path(&self, es: usize) -> usize {
         let (m, d, nmax) = (self.m, self.d, self.nmax);
-        (2 * self.steps - 1) * m * d * 8
+        (self.set_steps[0] + self.set_steps[1]) * m * d * 8
             + (self.n_dates + 1) * d * 8
             + 2 * m * (8 + 4 + 8)
             + m * 8
@@ -394,19 +404,20 @@ impl ChunkShape {
         stream: &Arc<CudaStream>,
         c: usize,
     ) -> Result<ChunkBuffers<T>, GpuError> {
-        let (n_dates, m, d, nmax, cap, steps) = (
+        let (n_dates, m, d, nmax, cap, [steps0, steps1]) = (
             self.n_dates,
             self.m,
             self.d,
             self.nmax,
             self.cap,
-            self.steps,
+            self.set_steps,
         );
         // SAFETY (both): plain f64 storage; every element a kernel reads was written by
         // `GpuPaths::inner_paths` for the same exposure date first.
-        let inner = [unsafe { stream.alloc(c * steps * m * d) }?, unsafe {
-            stream.alloc((c * (steps - 1) * m * d).max(1))
-        }?];
+        let inner = [
+            unsafe { stream.alloc((c * steps0 * m * d).max(1)) }?,
+            unsafe { stream.alloc((c * steps1 * m * d).max(1)) }?,
+        ];
         let buffers = ChunkBuffers {
             c,
             outer: stream.alloc_zeros(c * (n_dates + 1) * d)?,

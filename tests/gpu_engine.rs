@@ -294,6 +294,16 @@ fn gpu_matches_cpu_with_an_inner_stage_at_t0() {
     gpu_matches_cpu_with("netting_set.yaml", 300, &nested);
 }
 
+/// No inner stage at all: one exposure date (`t_1 = T`), so every value is a payoff at
+/// maturity and `V_0` their discounted mean (the chunk buffers hold no inner paths).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_matches_cpu_without_an_inner_stage() {
+    let one_date = ["--set", "dates.exposure_dates=1"];
+    gpu_matches_cpu_with("european_call.yaml", 1000, &one_date);
+    gpu_matches_cpu_with("american_put.yaml", 1000, &one_date);
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_matches_cpu_on_european_call() {
