@@ -205,8 +205,9 @@ pub enum Backend {
 /// changes `value_t0`, its standard error and the `t_0` row of the profile. The later
 /// dates draw the same random numbers either way; their values, and so the CVA, are the
 /// same bits where the escalating solver's memory rule (each exercise date's start
-/// level, carried from one exposure date to the next) takes the same path, as in every
-/// f64 run of the shipped scenarios. Where it does not (f32, ill-conditioned systems),
+/// level, carried from one exposure date to the next) takes the same path, as in the f64
+/// runs of the shipped scenarios compared (basket29 up to 1,000,000 outer paths, the
+/// netting set, the American put). Where it does not (f32, ill-conditioned systems),
 /// the solves of the later dates start at another level and their decisions can move.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
