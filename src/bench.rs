@@ -498,7 +498,7 @@ pub struct RunBenchRow {
 }
 
 /// Asset-steps simulated by a run: outer paths over all dates, and at every date `t_k`
-/// with an inner stage ([`Scenario::inner_stage_end`]) the inner paths up to the last
+/// with an inner stage ([`Scenario::inner_stages`]) the inner paths up to the last
 /// maturity after it.
 pub fn path_steps(sc: &Scenario) -> f64 {
     let n = sc.exposure_dates;
@@ -507,9 +507,7 @@ pub fn path_steps(sc: &Scenario) -> f64 {
         sc.simulation.outer_paths as f64,
         sc.simulation.inner_paths as f64,
     );
-    let inner_steps: usize = (0..n)
-        .filter_map(|k| sc.inner_stage_end(k).map(|last| last - k))
-        .sum();
+    let inner_steps: usize = sc.inner_stages().map(|(_, steps)| steps).sum();
     m0 * d * (n as f64 + m * inner_steps as f64)
 }
 

@@ -335,10 +335,7 @@ struct ChunkShape {
 impl ChunkShape {
     fn new(scenario: &Scenario, americans: &[(usize, usize)]) -> Self {
         let nmax = americans.iter().map(|&(_, n)| n).max().unwrap_or(1);
-        // (exposure date, dates its inner paths span) of every inner stage.
-        let stages: Vec<(usize, usize)> = (0..scenario.exposure_dates)
-            .filter_map(|k| scenario.inner_stage_end(k).map(|end| (k, end - k)))
-            .collect();
+        let stages: Vec<(usize, usize)> = scenario.inner_stages().collect();
         let cap = americans
             .iter()
             .map(|&(p, _)| {

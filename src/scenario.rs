@@ -475,6 +475,12 @@ impl Scenario {
             .max()
     }
 
+    /// Every exposure date with an inner stage, with the dates its inner paths span:
+    /// `(k, inner_stage_end(k) - k)`, in date order.
+    pub fn inner_stages(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        (0..self.exposure_dates).filter_map(|k| self.inner_stage_end(k).map(|end| (k, end - k)))
+    }
+
     /// Reads and validates a scenario file, applying `overrides` (`path.to.field=value`,
     /// the value parsed as YAML) first.
     ///
