@@ -81,7 +81,11 @@ fn gpu_matches_cpu(file: &str, outer: usize) {
 
 /// [`gpu_matches_cpu`] with more command-line arguments for both runs.
 fn gpu_matches_cpu_with(file: &str, outer: usize, extra: &[&str]) {
-    let sc = scenario(file);
+    gpu_matches_cpu_at(&scenario(file), file, outer, extra);
+}
+
+/// [`gpu_matches_cpu_with`] for the scenario file at `sc`, named `file` in messages.
+fn gpu_matches_cpu_at(sc: &Path, file: &str, outer: usize, extra: &[&str]) {
     let set = format!("simulation.outer_paths={outer}");
     let mut runs = Vec::new();
     let mut dirs = Vec::new();
@@ -96,7 +100,7 @@ fn gpu_matches_cpu_with(file: &str, outer: usize, extra: &[&str]) {
             backend,
         ];
         args.extend_from_slice(extra);
-        let s = run_json(&sc, dir.path(), &args);
+        let s = run_json(sc, dir.path(), &args);
         assert_eq!(s["backend"].as_str(), Some(backend), "{s}");
         let profile = epe(dir.path());
         runs.push((s, profile));
@@ -302,6 +306,47 @@ fn gpu_matches_cpu_without_an_inner_stage() {
     let one_date = ["--set", "dates.exposure_dates=1"];
     gpu_matches_cpu_with("european_call.yaml", 1000, &one_date);
     gpu_matches_cpu_with("american_put.yaml", 1000, &one_date);
+}
+
+/// A market wider than the fixed path kernels take (40 correlated assets: the generic
+/// kernels, with the correlation factor read at run time) and a regression of n = 41
+/// (linear basis): an American put on the equally weighted basket, whose in-the-money
+/// paths are sometimes fewer than n (the mean of the cash flows instead), and a
+/// European call on the best of the 40 in the same netting set.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_matches_cpu_on_a_market_of_40_assets() {
+    let d = 40;
+    let mut yaml = String::from("name: wide40\nmarket:\n  rate: 0.03\n  assets:\n");
+    for i in 0..d {
+        let vol = 0.15 + 0.01 * (i % 10) as f64;
+        yaml += &format!(
+            "    - {{name: A{i:02}, spot: 1.0, volatility: {vol}, dividend_yield: 0.04}}\n"
+        );
+    }
+    yaml += "  correlation:\n";
+    for i in 0..d {
+        let row: Vec<&str> = (0..d).map(|j| if i == j { "1.0" } else { "0.3" }).collect();
+        yaml += &format!("    - [{}]\n", row.join(", "));
+    }
+    let names: Vec<String> = (0..d).map(|i| format!("A{i:02}")).collect();
+    let weights: Vec<String> = names.iter().map(|n| format!("{n}: 0.025")).collect();
+    yaml += &format!(
+        "dates:\n  horizon: 1.0\n  exposure_dates: 6\nportfolio:\n  \
+         - {{name: basket_put, style: american, kind: put, underlying: {{basket: {{{}}}}}, \
+         strike: 1.0, maturity: 1.0, quantity: 1.0}}\n  \
+         - {{name: best_of_call, style: european, kind: call, underlying: {{max: [{}]}}, \
+         strike: 1.3, maturity: 0.5, quantity: -0.5}}\n\
+         counterparty:\n  hazard_rate: 0.02\n  recovery_rate: 0.4\n\
+         simulation:\n  outer_paths: 400\n  inner_paths: 120\n  basis: linear\n  \
+         itm_only: true\n  precision: f64\n  solver: escalating\n  seed: 40\n",
+        weights.join(", "),
+        names.join(", ")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let sc = dir.path().join("wide40.yaml");
+    std::fs::write(&sc, yaml).unwrap();
+    gpu_matches_cpu_at(&sc, "wide40", 400, &[]);
 }
 
 #[test]
