@@ -308,16 +308,12 @@ fn gpu_matches_cpu_without_an_inner_stage() {
     gpu_matches_cpu_with("american_put.yaml", 1000, &one_date);
 }
 
-/// A market wider than the fixed path kernels take (40 correlated assets: the generic
-/// kernels, with the correlation factor read at run time) and a regression of n = 41
-/// (linear basis): an American put on the equally weighted basket, whose in-the-money
-/// paths are sometimes fewer than n (the mean of the cash flows instead), and a
-/// European call on the best of the 40 in the same netting set.
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_matches_cpu_on_a_market_of_40_assets() {
-    let d = 40;
-    let mut yaml = String::from("name: wide40\nmarket:\n  rate: 0.03\n  assets:\n");
+/// Writes `wideD.yaml` into `dir`: `d` assets equicorrelated at 0.3 (vols 0.15-0.24,
+/// spots 1), 6 dates to 1 year, an American put on the equally weighted basket and a
+/// short European call on the best of the `d`; linear basis, 120 inner paths, 400 outer
+/// paths (the tests override some of it).
+fn equicorrelated_basket_scenario(dir: &Path, d: usize) -> std::path::PathBuf {
+    let mut yaml = format!("name: wide{d}\nmarket:\n  rate: 0.03\n  assets:\n");
     for i in 0..d {
         let vol = 0.15 + 0.01 * (i % 10) as f64;
         yaml += &format!(
@@ -330,7 +326,8 @@ fn gpu_matches_cpu_on_a_market_of_40_assets() {
         yaml += &format!("    - [{}]\n", row.join(", "));
     }
     let names: Vec<String> = (0..d).map(|i| format!("A{i:02}")).collect();
-    let weights: Vec<String> = names.iter().map(|n| format!("{n}: 0.025")).collect();
+    let weight = 1.0 / d as f64;
+    let weights: Vec<String> = names.iter().map(|n| format!("{n}: {weight}")).collect();
     yaml += &format!(
         "dates:\n  horizon: 1.0\n  exposure_dates: 6\nportfolio:\n  \
          - {{name: basket_put, style: american, kind: put, underlying: {{basket: {{{}}}}}, \
@@ -339,14 +336,42 @@ fn gpu_matches_cpu_on_a_market_of_40_assets() {
          strike: 1.3, maturity: 0.5, quantity: -0.5}}\n\
          counterparty:\n  hazard_rate: 0.02\n  recovery_rate: 0.4\n\
          simulation:\n  outer_paths: 400\n  inner_paths: 120\n  basis: linear\n  \
-         itm_only: true\n  precision: f64\n  solver: escalating\n  seed: 40\n",
+         itm_only: true\n  precision: f64\n  solver: escalating\n  seed: {d}\n",
         weights.join(", "),
         names.join(", ")
     );
-    let dir = tempfile::tempdir().unwrap();
-    let sc = dir.path().join("wide40.yaml");
+    let sc = dir.join(format!("wide{d}.yaml"));
     std::fs::write(&sc, yaml).unwrap();
+    sc
+}
+
+/// A market wider than the fixed path kernels take (40 correlated assets: the generic
+/// kernels, with the correlation factor read at run time) and a regression of n = 41
+/// (linear basis): the basket put's in-the-money paths are sometimes fewer than n (the
+/// mean of the cash flows instead).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_matches_cpu_on_a_market_of_40_assets() {
+    let dir = tempfile::tempdir().unwrap();
+    let sc = equicorrelated_basket_scenario(dir.path(), 40);
     gpu_matches_cpu_at(&sc, "wide40", 400, &[]);
+}
+
+/// The largest regressions the solvers take with a chained basis: all monomials of
+/// degree <= 2 in 9 assets, n = 55 (the build's products of two states, the exercise's
+/// chained basis values), on the fixed path kernels.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_matches_cpu_with_a_quadratic_basis_of_55() {
+    let dir = tempfile::tempdir().unwrap();
+    let sc = equicorrelated_basket_scenario(dir.path(), 9);
+    let extra = [
+        "--set",
+        "simulation.basis={monomials: 2}",
+        "--set",
+        "simulation.inner_paths=200",
+    ];
+    gpu_matches_cpu_at(&sc, "wide9 quadratic", 300, &extra);
 }
 
 #[test]
