@@ -357,8 +357,8 @@ fn gpu_matches_cpu_on_a_market_of_40_assets() {
     gpu_matches_cpu_at(&sc, "wide40", 400, &[]);
 }
 
-/// The largest regressions the solvers take with a chained basis: all monomials of
-/// degree <= 2 in 9 assets, n = 55 (the build's products of two states, the exercise's
+/// A chained basis near the solvers' largest size: all monomials of degree <= 2 in 9
+/// assets, n = 55 of at most 64 (the build's products of two states, the exercise's
 /// chained basis values), on the fixed path kernels.
 #[test]
 #[ignore = "needs a CUDA GPU"]
