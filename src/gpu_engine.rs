@@ -675,22 +675,8 @@ impl<T: GpuReal> GpuEngine<T> {
         // compiles the paths, engine and build kernels: a cold start-up costs about the
         // longest single compile instead of the sum.
         let mut solver_keys = Vec::new();
-        if !ns.is_empty() {
-            let options = GpuOptions::default();
-            let strategies: Vec<Strategy> = match sim.strategy {
-                Strategy::Escalating => vec![
-                    Strategy::Ldlt,
-                    Strategy::HouseholderPcr,
-                    Strategy::DivideConquer,
-                    Strategy::Escalating,
-                ],
-                s => vec![s],
-            };
-            for s in strategies {
-                for &n in &ns {
-                    solver_keys.push(solver.kernel_key::<T>(n, s, &options)?.0);
-                }
-            }
+        for &n in &ns {
+            solver_keys.extend(solver.kernel_keys::<T>(n, sim.strategy, &GpuOptions::default())?);
         }
         // The chunk buffers of the run (mapping tens of GB takes tens of milliseconds on
         // a large device) are allocated on a thread of their own while the kernels

@@ -309,6 +309,16 @@ impl ModuleCache {
         &self.arch
     }
 
+    /// Number of modules compiled and loaded so far.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no module has been compiled yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// The module for `key`, compiled and loaded on first use.
     ///
     /// # Errors

@@ -1076,7 +1076,35 @@ impl GpuBatchSolver {
         Ok((cfg, info))
     }
 
-    /// Compiles (once) the kernels that `strategy` needs for the sizes `ns`, in parallel.
+    /// Every kernel that `strategy` with `options` may launch for size `n`: its own
+    /// ([`GpuBatchSolver::kernel_key`]); for [`Strategy::Escalating`] also its `L D L^T`
+    /// and Householder + PCR levels'; for divide and conquer in f64 (alone or as the last
+    /// level) the Householder tridiagonalization it starts with.
+    ///
+    /// # Errors
+    /// As [`GpuBatchSolver::kernel_key`].
+    pub fn kernel_keys<T: GpuReal>(
+        &self,
+        n: usize,
+        strategy: Strategy,
+        options: &GpuOptions,
+    ) -> Result<Vec<KernelKey>, GpuError> {
+        let mut keys = vec![self.kernel_key::<T>(n, strategy, options)?.0];
+        if strategy == Strategy::Escalating {
+            keys.push(self.kernel_key::<T>(n, Strategy::Ldlt, options)?.0);
+            keys.push(
+                self.kernel_key::<T>(n, Strategy::HouseholderPcr, options)?
+                    .0,
+            );
+        }
+        if T::IS_F64 && matches!(strategy, Strategy::DivideConquer | Strategy::Escalating) {
+            keys.push(self.tridiag_key::<T>(n)?.0);
+        }
+        Ok(keys)
+    }
+
+    /// Compiles (once) every kernel that `strategy` may launch for the sizes `ns`
+    /// ([`GpuBatchSolver::kernel_keys`]), in parallel, so that no solve compiles.
     ///
     /// # Errors
     /// As [`GpuBatchSolver::kernel_key`] and compilation errors.
@@ -1086,14 +1114,9 @@ impl GpuBatchSolver {
         strategy: Strategy,
         options: &GpuOptions,
     ) -> Result<(), GpuError> {
-        let mut keys = ns
-            .iter()
-            .map(|&n| self.kernel_key::<T>(n, strategy, options).map(|k| k.0))
-            .collect::<Result<Vec<_>, _>>()?;
-        if T::IS_F64 && matches!(strategy, Strategy::DivideConquer | Strategy::Escalating) {
-            for &n in ns {
-                keys.push(self.tridiag_key::<T>(n)?.0);
-            }
+        let mut keys = Vec::new();
+        for &n in ns {
+            keys.extend(self.kernel_keys::<T>(n, strategy, options)?);
         }
         self.cache.precompile(&keys)
     }
