@@ -187,11 +187,15 @@ fn compare_scaled_with_cpu<T: GpuReal>(
             T::NAME
         );
     }
+    assert_compiled_by_prepare(&solver, prepared, &format!("{} {strategy}", T::NAME));
+}
+
+/// No solve since `prepare` left `prepared` modules compiled a kernel of its own.
+fn assert_compiled_by_prepare(solver: &GpuBatchSolver, prepared: usize, what: &str) {
     assert_eq!(
         solver.modules().len(),
         prepared,
-        "{} {strategy}: a solve compiled a kernel that prepare did not",
-        T::NAME
+        "{what}: a solve compiled a kernel that prepare did not"
     );
 }
 
@@ -719,11 +723,10 @@ fn order_independent<T: GpuReal>(
             T::NAME
         );
     }
-    assert_eq!(
-        solver.modules().len(),
+    assert_compiled_by_prepare(
+        solver,
         prepared,
-        "{} {strategy} start {start:?}: a solve compiled a kernel that prepare did not",
-        T::NAME
+        &format!("{} {strategy} start {start:?}", T::NAME),
     );
 }
 
