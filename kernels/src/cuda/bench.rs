@@ -421,7 +421,7 @@ fn bench_precision<T: GpuReal>(
     let mut keys = Vec::new();
     for &n in &sizes {
         for (strategy, options, _) in expand(&cfg.variants, n, eb) {
-            keys.push(solver.kernel_key::<T>(n, strategy, &options)?.0);
+            keys.extend(solver.kernel_keys::<T>(n, strategy, &options)?);
         }
     }
     solver.modules().precompile(&keys)?;
