@@ -330,6 +330,27 @@ fn gpu_matches_cpu_with_each_solver_strategy() {
     }
 }
 
+/// The solver's parameters set in the scenario reach the GPU solve as they reach the
+/// CPU's: a low `escalation_condition` sends the American put's ill-conditioned systems
+/// (cubic basis, every path in the regression) straight to divide and conquer, a low
+/// `condition_threshold` truncates more there, and a `residual_tolerance` above the
+/// default lets more `L D L^T` solutions stand.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_matches_cpu_with_the_solver_parameters_set() {
+    let set = [
+        "--set",
+        "simulation.itm_only=false",
+        "--set",
+        "simulation.escalation_condition=1.0e3",
+        "--set",
+        "simulation.condition_threshold=1.0e3",
+        "--set",
+        "simulation.residual_tolerance=1.0e-10",
+    ];
+    gpu_matches_cpu_with("american_put.yaml", 200, &set);
+}
+
 /// Writes `wideD.yaml` into `dir`: `d` assets equicorrelated at 0.3 (vols 0.15-0.24,
 /// spots 1), 6 dates to 1 year, an American put on the equally weighted basket and a
 /// short European call on the best of the `d`; linear basis, 120 inner paths, 400 outer
