@@ -1,5 +1,7 @@
 //! Regression basis functions `ψ(x)` of the Longstaff–Schwartz step, evaluated in the
-//! normalized prices `x_i = S^i / S^i_0` of a position's underlying assets.
+//! normalized prices `x_i = S^i_h / S^i_0` of a position's underlying assets, `S^i_h` the
+//! price's high word (`cva_kernels::basis::high_word`: the low 32 bits of its significand
+//! cleared, a relative change below `2^-20`).
 
 use crate::scenario::Basis;
 use cva_kernels::basis::BasisTables;
@@ -74,5 +76,19 @@ mod tests {
         let mut x = vec![0.0; 2];
         b.eval(&[4.0, 12.0], &mut x, &mut psi); // x = (2, 3)
         assert_eq!(psi, vec![1.0, 2.0, 3.0, 4.0, 6.0, 9.0]);
+    }
+
+    #[test]
+    fn basis_reads_the_high_word_of_each_price() {
+        let b = BasisFunctions::new(Basis::Monomials(2), vec![0, 1], &[1.0, 2.0]);
+        let mut psi = vec![0.0; b.len()];
+        let mut x = vec![0.0; 2];
+        // 1 + 2^-40 and 3 - 2^-50 differ from their high words 1 and 3 - 2^-19 only in the
+        // low 32 bits of the significand.
+        let (s0, s1) = (1.0 + 2f64.powi(-40), 3.0 - 2f64.powi(-50));
+        b.eval(&[s0, s1], &mut x, &mut psi);
+        let (h0, h1) = (1.0, (3.0 - 2f64.powi(-19)) * 0.5);
+        assert_eq!(psi, vec![1.0, h0, h1, h0 * h0, h0 * h1, h1 * h1]);
+        assert_ne!(psi[1], s0);
     }
 }

@@ -9,7 +9,8 @@
 // Arithmetic follows src/engine.rs operation by operation (compiled with --fmad=false,
 // IEEE division): sums over inner paths run in increasing path index from 0.0, the
 // payoff is that of src/scenario.rs, and basis values are psi_0 = 1,
-// psi_t = psi_{parent[t]} * (S[asset[var[t]]] * inv_spot[var[t]]) as in src/basis.rs.
+// psi_t = psi_{parent[t]} * (S_h[asset[var[t]]] * inv_spot[var[t]]) as in src/basis.rs, S_h
+// the price's high word (state_high in prelude.cu, high_word in kernels/src/basis.rs).
 // Only the exposure statistics over outer paths (src/exposure.rs) are summed in another
 // (fixed, deterministic) order.
 //
@@ -227,14 +228,15 @@ extern "C" __global__ void engine_european(const double* __restrict__ states, lo
     if (lane == 0) values[l] = values[l] + q * df * sum / (double)m;
 }
 
-// The continuation psi(s) . beta of one inner path with states s, as the CPU engine forms
-// it: ((0 + 1 beta_0) + psi_1 beta_1) + ..., psi_k = psi_parent[k] * (S[var_asset[k]] *
-// var_inv[k]) (on a flat basis psi_k = S[var_asset[k]] * var_inv[k]). The flat loop is
+// The continuation psi(s) . beta of one inner path from the high words h of its states
+// (the basis reads the prices with the low 32 bits of the significand cleared, as the
+// CPU's BasisTables::eval does through high_word), as the CPU engine forms it:
+// ((0 + 1 beta_0) + psi_1 beta_1) + ..., psi_k = psi_parent[k] * (S_h[var_asset[k]] *
+// var_inv[k]) (on a flat basis psi_k = S_h[var_asset[k]] * var_inv[k]). The flat loop is
 // unrolled by 8 (the loads of 8 terms in flight ahead of the chain; the same operations in
 // the same order).
-template <typename Row>
-__device__ __forceinline__ double engine_continuation(const Row& s, const double* beta, int flat,
-                                                      int n, const int* parent,
+__device__ __forceinline__ double engine_continuation(const unsigned* h, const double* beta,
+                                                      int flat, int n, const int* parent,
                                                       const int* var_asset,
                                                       const double* var_inv) {
     double continuation = 0.0;
@@ -242,30 +244,29 @@ __device__ __forceinline__ double engine_continuation(const Row& s, const double
     if (flat) {
 #pragma unroll 8
         for (int k = 1; k < n; ++k)
-            continuation = continuation + (s[var_asset[k]] * var_inv[k]) * beta[k];
+            continuation = continuation + (state_high(h, var_asset[k]) * var_inv[k]) * beta[k];
     } else {
         double psi[ENGINE_MAX_N];
         psi[0] = 1.0;
         for (int k = 1; k < n; ++k) {
-            psi[k] = psi[parent[k]] * (s[var_asset[k]] * var_inv[k]);
+            psi[k] = psi[parent[k]] * (state_high(h, var_asset[k]) * var_inv[k]);
             continuation = continuation + psi[k] * beta[k];
         }
     }
     return continuation;
 }
 
-// The exercise decision of one inner path with states s: where the payoff is positive and
-// at least the continuation (psi . beta when ok, else mean), *cf becomes the payoff and
-// the function returns true.
-template <typename Row>
+// The exercise decision of one inner path with states s: where the payoff (of the full
+// states) is positive and at least the continuation (psi . beta of the high words when
+// ok, else mean), *cf becomes the payoff and the function returns true.
 __device__ __forceinline__ bool engine_exercises(
-    const Row& s, int kind, int put, double strike, const int* ua, const double* uw, int nu,
+    const StateRow& s, int kind, int put, double strike, const int* ua, const double* uw, int nu,
     bool ok, const double* beta, double mean, int flat, int n, const int* parent,
     const int* var_asset, const double* var_inv, double* cf) {
     const double payoff = engine_payoff(s, kind, put, strike, ua, uw, nu);
     if (!(payoff > 0.0)) return false;
     const double continuation =
-        ok ? engine_continuation(s, beta, flat, n, parent, var_asset, var_inv) : mean;
+        ok ? engine_continuation(s.hi, beta, flat, n, parent, var_asset, var_inv) : mean;
     if (!(payoff >= continuation)) return false;
     *cf = payoff;
     return true;
@@ -385,9 +386,9 @@ ENGINE_EXERCISE(engine_exercise_f32, float)
 // boundaries between outer paths, so that a few warps keep enough bytes in flight to read
 // at the device's bandwidth. It reads half the state bytes: a buffer holds the tile's
 // high words only (rows at an odd stride ds), the payoffs the regression build stored,
-// and the cash flows and dates, so that no lane waits on a global load per tile
-// (engine_exercises_high decides from the high words, and only where they leave the
-// decision open reads the low words); the discount factors and the basis tables sit in
+// and the cash flows and dates, so that no lane waits on a global load per tile (the
+// basis reads the high words alone, engine_exercises_high); the discount factors and the
+// basis tables sit in
 // shared memory; alive, counts, the report and beta of an outer path are loaded while
 // the previous one is worked on. The states of an outer path that takes no part are not
 // copied (its cash flows are: y is updated for every inner path). The fallback mean
@@ -404,62 +405,16 @@ ENGINE_EXERCISE(engine_exercise_f32, float)
 #endif
 
 // The exercise decision of engine_exercises for one inner path, from the high words h[i]
-// of its states (the doubles with the low 32 bits of the significand cleared: for a
-// normal x, x_h = x (1 - theta) with 0 <= theta < 2^-20) and its payoff (the bits of
-// engine_payoff, stored by the regression build). The continuation c_h is psi . beta
-// formed from the x_h, with a = sum_k |psi_k beta_k| beside it. A basis function with L
-// factors changes by a relative 1 - prod (1 - theta) < L 2^-20 (1 + 2^-19) in exact
-// arithmetic, and the two evaluations' roundings add at most gamma_(2 L + n + 1) < 2^-44
-// of a each (n, L <= 64). So with L <= Lmax (1 for a flat basis, else n - 1 < n),
-// |c - c_h| <= a (Lmax 2^-20 1.001 + 2^-39) =: bound, c being psi . beta from the full
-// states as engine_continuation forms it. Where |payoff - c_h| (rounded) exceeds the
-// bound, payoff >= c has the sign of payoff - c_h; otherwise (within the bound, a zero or
-// subnormal high word, or a non-finite c_h or a), the lane reads its low words from
-// `full` and compares the payoff with engine_continuation's c. The cash flow becomes the
-// payoff where it exercises.
+// of its states (all the basis reads) and its payoff (the bits of engine_payoff of the
+// full states, stored by the regression build or the path kernel). The cash flow becomes
+// the payoff where it exercises.
 __device__ __forceinline__ bool engine_exercises_high(
-    const unsigned* h, const StateRow& full, double payoff, bool ok, const double* beta,
-    double mean, int flat, int n, const int* parent, const int* var_asset, const double* var_inv,
-    double* cf) {
+    const unsigned* h, double payoff, bool ok, const double* beta, double mean, int flat, int n,
+    const int* parent, const int* var_asset, const double* var_inv, double* cf) {
     if (!(payoff > 0.0)) return false;
-    if (!ok) {
-        if (!(payoff >= mean)) return false;
-        *cf = payoff;
-        return true;
-    }
-    double c = 0.0;
-    c = c + 1.0 * beta[0];
-    double a = fabs(c);
-    unsigned emin = 0x7ff00000u;  // the smallest exponent field of the high words read
-    if (flat) {
-#pragma unroll 8
-        for (int k = 1; k < n; ++k) {
-            const unsigned w = h[var_asset[k]];
-            emin = min(emin, w & 0x7ff00000u);
-            const double t = (__hiloint2double((int)w, 0) * var_inv[k]) * beta[k];
-            c = c + t;
-            a = a + fabs(t);
-        }
-    } else {
-        double psi[ENGINE_MAX_N];
-        psi[0] = 1.0;
-        for (int k = 1; k < n; ++k) {
-            const unsigned w = h[var_asset[k]];
-            emin = min(emin, w & 0x7ff00000u);
-            psi[k] = psi[parent[k]] * (__hiloint2double((int)w, 0) * var_inv[k]);
-            const double t = psi[k] * beta[k];
-            c = c + t;
-            a = a + fabs(t);
-        }
-    }
-    const double lmax = flat ? 1.0 : (double)n;
-    const double bound = a * (lmax * 0x1.0p-20 * 1.001 + 0x1.0p-39);
-    const double gap = payoff - c;
-    const bool exercised =
-        emin != 0u && fabs(gap) > bound
-            ? gap > 0.0
-            : payoff >= engine_continuation(full, beta, flat, n, parent, var_asset, var_inv);
-    if (!exercised) return false;
+    const double continuation =
+        ok ? engine_continuation(h, beta, flat, n, parent, var_asset, var_inv) : mean;
+    if (!(payoff >= continuation)) return false;
     *cf = payoff;
     return true;
 }
@@ -599,9 +554,8 @@ __device__ __forceinline__ void engine_exercise_stream_impl(
             bool ex = false;
             if (active) {
                 const unsigned* h = (const unsigned*)buf + lane * ds;
-                const unsigned* gh = (const unsigned*)(states + l * stride) + (long long)(mm0 + lane) * d;
-                ex = engine_exercises_high(h, StateRow{gh, gh + (long long)m * d}, buf[16 * ds + lane],
-                                           ok, beta, mean, flat, n, parent, var_asset, var_inv, &cf);
+                ex = engine_exercises_high(h, buf[16 * ds + lane], ok, beta, mean, flat, n, parent,
+                                           var_asset, var_inv, &cf);
             }
             engine_exercise_store(ex, date, t, cf, cd, disc, next_date, cash, cash_date, y);
         }

@@ -72,6 +72,12 @@ __device__ __forceinline__ double state_join(const unsigned* hi, const unsigned*
     return __hiloint2double((int)hi[i], (int)lo[i]);
 }
 
+// The value the regression basis reads: the high word alone (the low 32 bits of the
+// significand cleared), as the CPU's high_word (kernels/src/basis.rs).
+__device__ __forceinline__ double state_high(const unsigned* hi, int i) {
+    return __hiloint2double((int)hi[i], 0);
+}
+
 // The warp's asynchronous copy of nw words from src (global) to dst (shared): 16-byte
 // pieces where vec (both 16-byte aligned) for the first nw & ~3 words, 4-byte pieces for
 // the rest (all of them when !vec); with `full` (nw == FULLW, a multiple of 4) unrolled

@@ -10,7 +10,8 @@
 // Order of operations: every entry is a sum over the regression paths in increasing m,
 // started at 0, with one rounded product and one rounded add per path (no FMA unless
 // USE_FMA), in the working precision `real`; psi is evaluated in double
-// (x_v = S[asset_v] * inv_spot_v, psi_t = ((1 * x_{v1}) * x_{v2}) ...) then rounded to
+// (x_v = S_h[asset_v] * inv_spot_v with S_h the price's high word, state_high;
+// psi_t = ((1 * x_{v1}) * x_{v2}) ...) then rounded to
 // real, y likewise; the sums are scaled by inv = 1 / c_l in real. That is the CPU
 // engine's arithmetic (src/engine.rs), so the results match it bitwise.
 //
@@ -218,15 +219,15 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
 #endif
     unsigned total = 0;
 
-    // The value of this lane's column block I for the staged path at sph / spl (cash
+    // The value of this lane's column block I for the staged path with high words sph (cash
     // flow yv): x = 1, then x = x * (S[asset] * inv_spot) along the chain; the constant or
     // y where the column has no chain; 0 when the path does not enter.
-    auto column_value = [&](int I, const unsigned* sph, const unsigned* spl, double yv,
+    auto column_value = [&](int I, const unsigned* sph, double yv,
                             bool enters) -> double {
-        double x = 1.0 * (state_join(sph, spl, cha[I][0]) * chi[I][0]);
+        double x = 1.0 * (state_high(sph, cha[I][0]) * chi[I][0]);
 #pragma unroll
         for (int e = 1; e < DEG; ++e)
-            if (cha[I][e] >= 0) x = x * (state_join(sph, spl, cha[I][e]) * chi[I][e]);
+            if (cha[I][e] >= 0) x = x * (state_high(sph, cha[I][e]) * chi[I][e]);
         const double v = is_chain[I] ? x : (is_y[I] ? yv : cst[I]);
         return enters ? v : 0.0;
     };
@@ -285,11 +286,10 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
                 const int p = k0 + (lane & 3) + 4 * h;
                 const bool enters = (mask >> p) & 1u;
                 const unsigned* sph = rbh + p * D;
-                const unsigned* spl = rbl + p * D;
                 const double yv = yb[p];
 #pragma unroll
                 for (int I = 0; I < 2 * NR; ++I)
-                    v[I][h] = I < NB ? column_value(I, sph, spl, yv, enters) : 0.0;
+                    v[I][h] = I < NB ? column_value(I, sph, yv, enters) : 0.0;
             }
             int k = 0;
 #pragma unroll
@@ -306,11 +306,10 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
             const int p = k0 + (lane & 3);
             const bool enters = (mask >> p) & 1u;
             const unsigned* sph = rbh + p * D;
-            const unsigned* spl = rbl + p * D;
             const double yv = yb[p];
             double fr[NB];
 #pragma unroll
-            for (int I = 0; I < NB; ++I) fr[I] = column_value(I, sph, spl, yv, enters);
+            for (int I = 0; I < NB; ++I) fr[I] = column_value(I, sph, yv, enters);
 #pragma unroll
             for (int I = 0; I < NB; ++I)
 #pragma unroll
@@ -504,19 +503,17 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
                 const unsigned bits = P == 32 ? mask : (mask >> (j * P)) & ((1u << (P & 31)) - 1u);
                 const int cn = __popc(bits);
                 const unsigned* rgh = rbh + gg * (P * D);
-                const unsigned* rgl = rbl + gg * (P * D);
                 const int* sg = src + gg * P;
                 real* out = pb + gg * (P * NEP) + lane;
                 auto row = [&](int slot, int pp) {
                     const unsigned* sph = rgh + pp * D;
-                    const unsigned* spl = rgl + pp * D;
 #pragma unroll
                     for (int k = 0; k < TPL; ++k) {
                         // x = 1, then x = x * (S[asset] * inv_spot) along the chain.
-                        double x = 1.0 * (state_join(sph, spl, cha[k][0]) * chi[k][0]);
+                        double x = 1.0 * (state_high(sph, cha[k][0]) * chi[k][0]);
 #pragma unroll
                         for (int e = 1; e < DEG; ++e)
-                            if (cha[k][e] >= 0) x = x * (state_join(sph, spl, cha[k][e]) * chi[k][e]);
+                            if (cha[k][e] >= 0) x = x * (state_high(sph, cha[k][e]) * chi[k][e]);
                         *(live[k] ? out + slot * NEP + 32 * k : my_junk) = (real)x;
                     }
                 };

@@ -1,8 +1,22 @@
 //! Regression basis tables of the Longstaff–Schwartz step, shared by the CPU engine and
 //! the GPU regression kernels.
 
+/// The state a basis function reads: `x` with the low 32 bits of its significand cleared
+/// (its high word: sign, exponent and the top 20 bits of the significand), so
+/// `x_h = x (1 - θ)` with `0 <= θ < 2^-20` for a normal `x`.
+///
+/// The regression basis is a function of these truncated prices on both backends. The
+/// GPU stores the inner states' high words in a plane of their own (`cuda/prelude.cu`),
+/// so the regression build and the exercise read 4 bytes per price instead of 8. The
+/// payoffs and cash flows use the full prices.
+#[inline]
+pub fn high_word(x: f64) -> f64 {
+    f64::from_bits(x.to_bits() & 0xFFFF_FFFF_0000_0000)
+}
+
 /// Regression basis: `ψ_0 = 1`, `ψ_t = ψ_{parent[t]} x_{var[t]}` with
-/// `x_k = S^{assets[k]} * inv_spot[k]` (the app's `BasisFunctions`).
+/// `x_k = high_word(S^{assets[k]}) * inv_spot[k]` ([`high_word`]; the app's
+/// `BasisFunctions`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct BasisTables {
     /// Market asset index of each variable.
@@ -50,12 +64,12 @@ impl BasisTables {
         self.parent.is_empty()
     }
 
-    /// Writes `ψ(S)` (length [`len`](Self::len)) for the market prices `s` (all assets);
-    /// `x` is scratch of length `assets.len()`.
+    /// Writes `ψ(S)` (length [`len`](Self::len)) for the market prices `s` (all assets),
+    /// each price read through [`high_word`]; `x` is scratch of length `assets.len()`.
     #[inline]
     pub fn eval(&self, s: &[f64], x: &mut [f64], psi: &mut [f64]) {
         for (k, &i) in self.assets.iter().enumerate() {
-            x[k] = s[i] * self.inv_spot[k];
+            x[k] = high_word(s[i]) * self.inv_spot[k];
         }
         psi[0] = 1.0;
         for t in 1..self.parent.len() {

@@ -1,20 +1,21 @@
 //! The streaming exercise update (`engine_exercise_stream_*`, `EngineKernels::exercise`)
-//! decides from the high words of the inner states and the payoffs the regression build
-//! stored, and reads the low words only where the high words leave a decision open
+//! decides from the high words of the inner states (all that the regression basis reads:
+//! `cva_kernels::basis::high_word`) and the payoffs the regression build stored
 //! (`engine_exercises_high` in `engine.cu`). Here its cash flows, dates and discounted
-//! cash flows are compared bitwise with an independent host evaluation of the exact
-//! decision (the engine's arithmetic: `payoff > 0` and `payoff >= psi . beta`, the sum
-//! `((0 + 1 beta_0) + psi_1 beta_1) + ...` of unfused products; the mean of `y` where no
-//! coefficients apply), on inputs put on the decision's edge.
+//! cash flows are compared bitwise with an independent host evaluation of the decision
+//! (the engine's arithmetic: `payoff > 0` and `payoff >= psi . beta`, the sum
+//! `((0 + 1 beta_0) + psi_1 beta_1) + ...` of unfused products, psi of the prices'
+//! high words; the mean of `y` where no coefficients apply), on inputs put on the
+//! decision's edge.
 //!
 //! Hard cases, named in the output: in every outer path one inner path whose
-//! continuation is set to its payoff plus a relative offset from 0 to +-2^-12 (offsets
-//! inside the truncation bound go to the low words; the test checks that the high words
-//! alone would have decided some of them wrongly, so that it can fail), states that are
-//! zero, subnormal, infinite or NaN with a payload in the low word only, outer paths
-//! without coefficients (the mean), with too few regression paths, and not alive; a flat
-//! (linear) and a quadratic basis; a maximum call and a basket put; 45 inner paths (a
-//! partial tile).
+//! continuation is set to its payoff plus a relative offset from 0 to +-2^-12 (the test
+//! checks that the full prices would have decided some of them otherwise, so that a
+//! kernel reading the low words into the basis fails it), states that are zero,
+//! subnormal, infinite or NaN with a payload in the low word only, outer paths without
+//! coefficients (the mean), with too few regression paths, and not alive; a flat (linear)
+//! and a quadratic basis; a maximum call and a basket put; 45 inner paths (a partial
+//! tile).
 //!
 //! GPU tests are `#[ignore = "needs a CUDA GPU"]` (CI has no GPU); run the test binary
 //! with `--include-ignored` on the GPU machine. Every output is compared in full: the
@@ -31,8 +32,9 @@ use cva_kernels::cuda::regression::{GpuOptionKind, GpuPayoff, GpuUnderlying};
 use cva_kernels::cuda::GpuReport;
 use cva_kernels::families::SplitMix64;
 
-/// The exact continuation `psi . beta` of prices `s`, as `engine_exercises` forms it.
-fn continuation(basis: &BasisTables, s: &[f64], beta: &[f64]) -> f64 {
+/// The continuation `psi . beta` of prices `s`, each read through `read`, as
+/// `engine_exercises` forms it.
+fn continuation_of(basis: &BasisTables, s: &[f64], beta: &[f64], read: fn(f64) -> f64) -> f64 {
     let n = basis.len();
     let flat = basis.parent.iter().all(|&p| p == 0);
     let mut c = 0.0;
@@ -40,16 +42,22 @@ fn continuation(basis: &BasisTables, s: &[f64], beta: &[f64]) -> f64 {
     let mut psi = vec![1.0; n];
     for k in 1..n {
         let v = basis.var[k];
-        let x = s[basis.assets[v]] * basis.inv_spot[v];
+        let x = read(s[basis.assets[v]]) * basis.inv_spot[v];
         psi[k] = if flat { x } else { psi[basis.parent[k]] * x };
         c += psi[k] * beta[k];
     }
     c
 }
 
-/// The high word of `x` alone (its low 32 bits cleared).
+/// The high word of `x` alone (its low 32 bits cleared), written out here rather than
+/// taken from the crate.
 fn high(x: f64) -> f64 {
     f64::from_bits(x.to_bits() & 0xffff_ffff_0000_0000)
+}
+
+/// The engine's continuation: the basis of the prices' high words.
+fn continuation(basis: &BasisTables, s: &[f64], beta: &[f64]) -> f64 {
+    continuation_of(basis, s, beta, high)
 }
 
 struct Case {
@@ -204,8 +212,8 @@ fn streaming_exercise_decides_exactly_on_the_edge() {
                 y_ref[t] = cash_ref[t] * discount[(date_ref[t] - next) as usize];
             }
         }
-        // The test's teeth: decisions the high words alone would get wrong.
-        let mut wrong_if_truncated = 0;
+        // The test's teeth: decisions the full prices would take otherwise.
+        let mut wrong_if_full = 0;
         for &(l, p, _) in &edge {
             let t = l * m + p;
             let r = &reports[l];
@@ -214,14 +222,11 @@ fn streaming_exercise_decides_exactly_on_the_edge() {
             if !ok || payoffs[t].is_nan() || payoffs[t] <= 0.0 {
                 continue;
             }
-            let s: Vec<f64> = states[t * d..(t + 1) * d]
-                .iter()
-                .map(|&x| high(x))
-                .collect();
+            let s = &states[t * d..(t + 1) * d];
             let bl = &beta[l * n..(l + 1) * n];
-            let truncated = payoffs[t] >= continuation(&case.basis, &s, bl);
-            let exact = payoffs[t] >= continuation(&case.basis, &states[t * d..(t + 1) * d], bl);
-            wrong_if_truncated += usize::from(truncated != exact);
+            let engine = payoffs[t] >= continuation(&case.basis, s, bl);
+            let full = payoffs[t] >= continuation_of(&case.basis, s, bl, |x| x);
+            wrong_if_full += usize::from(engine != full);
         }
 
         // The device.
@@ -288,16 +293,16 @@ fn streaming_exercise_decides_exactly_on_the_edge() {
             }
         }
         println!(
-            "{}: {} inner paths, {exercised} exercised, {} on the edge ({wrong_if_truncated} \
-             that the high words alone would decide wrongly), {differ} differences",
+            "{}: {} inner paths, {exercised} exercised, {} on the edge ({wrong_if_full} \
+             that the full prices would decide otherwise), {differ} differences",
             case.name,
             c * m,
             edge.len()
         );
         assert_eq!(differ, 0, "{}", case.name);
         assert!(
-            wrong_if_truncated > 0,
-            "{}: no edge case needs the low words",
+            wrong_if_full > 0,
+            "{}: no edge case tells the high words from the full prices",
             case.name
         );
         assert!(exercised > 0 && exercised < c * m, "{}", case.name);

@@ -693,7 +693,8 @@ fn cpu_regression<T: GpuReal>(
             }
             counts[l] += 1;
             for (k, &i) in basis.assets.iter().enumerate() {
-                x[k] = s[i] * basis.inv_spot[k];
+                // The basis reads the price's high word (low 32 bits cleared).
+                x[k] = f64::from_bits(s[i].to_bits() & 0xffff_ffff_0000_0000) * basis.inv_spot[k];
             }
             psi[0] = 1.0;
             for t in 1..n {

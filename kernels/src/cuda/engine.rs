@@ -621,10 +621,9 @@ impl EngineKernels {
     /// Runs the streaming kernel `engine_exercise_stream_*` (a grid of a few blocks per
     /// SM whose warps stream the tiles of a range of outer paths, so that the path kernel
     /// on the other stream keeps most of each SM) where its shared memory fits, else the
-    /// warp-per-outer-path kernel; both give the same bits. The streaming kernel reads the
-    /// states' high words and `payoffs`, and the low words only where the high words
-    /// leave a decision open (`engine_exercises_high` in `engine.cu` gives the bound); the
-    /// other kernel reads both planes and forms the payoffs itself.
+    /// warp-per-outer-path kernel; both give the same bits. The basis reads the states'
+    /// high words alone ([`crate::basis::high_word`]): the streaming kernel reads those
+    /// and `payoffs`; the other kernel reads both planes and forms the payoffs itself.
     ///
     /// # Errors
     /// [`GpuError::Invalid`] if a buffer is too short, driver errors.
