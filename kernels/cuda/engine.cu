@@ -256,17 +256,17 @@ __device__ __forceinline__ double engine_continuation(const unsigned* h, const d
     return continuation;
 }
 
-// The exercise decision of one inner path with states s: where the payoff (of the full
-// states) is positive and at least the continuation (psi . beta of the high words when
-// ok, else mean), *cf becomes the payoff and the function returns true.
+// The exercise decision of one inner path from the high words h[i] of its states (all
+// that the basis reads) and its payoff (engine_payoff of the full states, as the
+// regression build or the path kernel stored it): where the payoff is positive and at
+// least the continuation (psi . beta when ok, else mean), *cf becomes the payoff and the
+// function returns true.
 __device__ __forceinline__ bool engine_exercises(
-    const StateRow& s, int kind, int put, double strike, const int* ua, const double* uw, int nu,
-    bool ok, const double* beta, double mean, int flat, int n, const int* parent,
-    const int* var_asset, const double* var_inv, double* cf) {
-    const double payoff = engine_payoff(s, kind, put, strike, ua, uw, nu);
+    const unsigned* h, double payoff, bool ok, const double* beta, double mean, int flat, int n,
+    const int* parent, const int* var_asset, const double* var_inv, double* cf) {
     if (!(payoff > 0.0)) return false;
     const double continuation =
-        ok ? engine_continuation(s.hi, beta, flat, n, parent, var_asset, var_inv) : mean;
+        ok ? engine_continuation(h, beta, flat, n, parent, var_asset, var_inv) : mean;
     if (!(payoff >= continuation)) return false;
     *cf = payoff;
     return true;
@@ -295,7 +295,9 @@ __device__ __forceinline__ void engine_exercise_store(bool exercised, unsigned d
 // else all), divided by counts[l]. Where the payoff is positive and at least the
 // continuation, the cash flow becomes the payoff, paid at `date`. Then, where
 // next_date >= 0, y = cash * discount[cash_date - next_date] for every inner path (also
-// of the outer paths that take no part): the next regression step's input.
+// of the outer paths that take no part): the next regression step's input. The payoffs
+// are those the regression build stored (payoffs[l * m + mm]); the states' high words are
+// what the basis reads. (The payoff tables kind .. nu are not read.)
 // Shared memory per warp: bufs tile buffers of tile_doubles, then n doubles of beta.
 template <typename real>
 __device__ __forceinline__ void engine_exercise_impl(
@@ -306,7 +308,8 @@ __device__ __forceinline__ void engine_exercise_impl(
     const real* __restrict__ x, const EngineReport* __restrict__ reports,
     const unsigned char* __restrict__ alive, const unsigned* __restrict__ counts,
     const double* __restrict__ discount, unsigned date, int next_date, double* __restrict__ y,
-    double* __restrict__ cash, unsigned* __restrict__ cash_date) {
+    double* __restrict__ cash, unsigned* __restrict__ cash_date,
+    const double* __restrict__ payoffs) {
     ENGINE_WARP_SETUP(per_warp);
     if (l >= c) return;
     ENGINE_TILES(T);
@@ -325,16 +328,11 @@ __device__ __forceinline__ void engine_exercise_impl(
     double mean = 0.0;
     if (active && !ok) {
         double sum = 0.0;
-        if (itm_only) engine_tiles_begin(T);
         for (int tt = 0; 32 * tt < m; ++tt) {
             const int mm0 = 32 * tt;
             const int rows = min(32, m - mm0);
             bool take = lane < rows;
-            if (itm_only) {
-                const StateRow s = engine_tile_row(T, tt);
-                take = take && engine_payoff(s, kind, put, strike, ua, uw, nu) > 0.0;
-                engine_tile_done(T, tt);
-            }
+            if (itm_only) take = take && payoffs[l * m + mm0 + lane] > 0.0;
             const double v = take ? y[l * m + mm0 + lane] : 0.0;
             sum = engine_ordered_sum(sum, v, take, rows);
         }
@@ -349,8 +347,8 @@ __device__ __forceinline__ void engine_exercise_impl(
             const long long t = l * m + mm0 + lane;
             double cf = cash[t];
             unsigned cd = cash_date[t];
-            const bool ex = active && engine_exercises(s, kind, put, strike, ua, uw, nu, ok, beta, mean,
-                                                       flat, n, parent, var_asset, var_inv, &cf);
+            const bool ex = active && engine_exercises(s.hi, payoffs[t], ok, beta, mean, flat, n,
+                                                       parent, var_asset, var_inv, &cf);
             engine_exercise_store(ex, date, t, cf, cd, discount, next_date, cash, cash_date, y);
         }
         if (active) engine_tile_done(T, tt);
@@ -367,11 +365,11 @@ __device__ __forceinline__ void engine_exercise_impl(
         const EngineReport* __restrict__ reports, const unsigned char* __restrict__ alive,      \
         const unsigned* __restrict__ counts, const double* __restrict__ discount,               \
         unsigned date, int next_date, double* __restrict__ y, double* __restrict__ cash,        \
-        unsigned* __restrict__ cash_date) {                                                     \
+        unsigned* __restrict__ cash_date, const double* __restrict__ payoffs) {                 \
         engine_exercise_impl<real>(states, stride, c, m, d, ds, tile_doubles, bufs, per_warp,   \
                                    kind, put, strike, ua, uw, nu, itm_only, n, parent, var_asset,     \
                                    var_inv, flat, x, reports, alive, counts, discount, date,    \
-                                   next_date, y, cash, cash_date);                              \
+                                   next_date, y, cash, cash_date, payoffs);                     \
     }
 ENGINE_EXERCISE(engine_exercise_f64, double)
 ENGINE_EXERCISE(engine_exercise_f32, float)
@@ -387,7 +385,7 @@ ENGINE_EXERCISE(engine_exercise_f32, float)
 // at the device's bandwidth. It reads half the state bytes: a buffer holds the tile's
 // high words only (rows at an odd stride ds), the payoffs the regression build stored,
 // and the cash flows and dates, so that no lane waits on a global load per tile (the
-// basis reads the high words alone, engine_exercises_high); the discount factors and the
+// basis reads the high words alone, engine_exercises); the discount factors and the
 // basis tables sit in
 // shared memory; alive, counts, the report and beta of an outer path are loaded while
 // the previous one is worked on. The states of an outer path that takes no part are not
@@ -403,22 +401,6 @@ ENGINE_EXERCISE(engine_exercise_f32, float)
 #ifndef ENGINE_STREAM_BUFS
 #define ENGINE_STREAM_BUFS 4
 #endif
-
-// The exercise decision of engine_exercises for one inner path, from the high words h[i]
-// of its states (all the basis reads) and its payoff (the bits of engine_payoff of the
-// full states, stored by the regression build or the path kernel). The cash flow becomes
-// the payoff where it exercises.
-__device__ __forceinline__ bool engine_exercises_high(
-    const unsigned* h, double payoff, bool ok, const double* beta, double mean, int flat, int n,
-    const int* parent, const int* var_asset, const double* var_inv, double* cf) {
-    if (!(payoff > 0.0)) return false;
-    const double continuation =
-        ok ? engine_continuation(h, beta, flat, n, parent, var_asset, var_inv) : mean;
-    if (!(payoff >= continuation)) return false;
-    *cf = payoff;
-    return true;
-}
-
 
 template <typename real>
 __device__ __forceinline__ void engine_exercise_stream_impl(
@@ -554,8 +536,8 @@ __device__ __forceinline__ void engine_exercise_stream_impl(
             bool ex = false;
             if (active) {
                 const unsigned* h = (const unsigned*)buf + lane * ds;
-                ex = engine_exercises_high(h, buf[16 * ds + lane], ok, beta, mean, flat, n, parent,
-                                           var_asset, var_inv, &cf);
+                ex = engine_exercises(h, buf[16 * ds + lane], ok, beta, mean, flat, n, parent,
+                                      var_asset, var_inv, &cf);
             }
             engine_exercise_store(ex, date, t, cf, cd, disc, next_date, cash, cash_date, y);
         }

@@ -455,9 +455,10 @@ extern "C" __global__ void outer_paths(unsigned long long seed, unsigned first_p
 // [l][s][mm][i] layout, but held as two planes of 32-bit words: word e = mm * d + i of
 // the block is the high word of S(l, s, mm, i) (sign, exponent and the top 20 bits of
 // the significand), word inner * d + e its low word. A reader that wants the double
-// joins the two words (the same bits); the exercise update reads the high-word plane
-// alone (half the bytes) and falls back to the low words only where the truncated
-// states leave its decision open (engine.cu).
+// joins the two words (the same bits); the regression basis reads the high words alone
+// (state_high in prelude.cu), so the exercise update reads the high-word plane and the
+// payoffs (half the bytes). With PATHS_PAYOFF_PLANE (inner_paths_fixed below) the low
+// words are not stored: their place holds the payoffs.
 __device__ __forceinline__ void state_store(unsigned* __restrict__ hi, long long plane, double v) {
     hi[0] = (unsigned)__double2hiint(v);
     hi[plane] = (unsigned)__double2loint(v);
@@ -508,12 +509,20 @@ extern "C" __global__ void inner_paths(unsigned long long seed, unsigned first_o
 #define PATHS_PAYOFF 0
 #endif
 
+#ifndef PATHS_PAYOFF_PLANE
+#define PATHS_PAYOFF_PLANE 0
+#endif
+#if PATHS_PAYOFF_PLANE && !PATHS_PAYOFF
+#error "PATHS_PAYOFF_PLANE needs PATHS_PAYOFF (the payoff function)"
+#endif
+
 #if PATHS_D > 0
 // Host defines: PATHS_D (assets, <= 32), PATHS_FACTOR (0/1), PATHS_BLOCK (threads per
 // block), PATHS_KEY0 and PATHS_KEY1 (the Philox key: the low and high words of the seed;
 // the fixed kernels' seed argument is not read, and constant keys fold into the rounds'
 // XORs: measured 1% of the path kernel), optionally PATHS_PAYOFF (1, with paths_payoff
-// defined before this file: see inner_paths_fixed), and __constant__ double
+// defined before this file: see inner_paths_fixed) and PATHS_PAYOFF_PLANE (1: the payoff
+// plane, see inner_paths_fixed), and __constant__ double
 // C_DRIFT[PATHS_D], C_VOL[PATHS_D] and, when PATHS_FACTOR, C_FACTOR[PATHS_D * PATHS_D]
 // (row-major lower triangular).
 // A step's normals are generated PATHS_CHUNK assets ahead of their use, so the ring
@@ -566,12 +575,25 @@ extern "C" __global__ void inner_paths(unsigned long long seed, unsigned first_o
 #define SXS (PATHS_D | 1)
 
 // Element o of the block's states (src, in shared memory) to its high word at dst[o]
-// and its low word at dstl[o] (the contiguous copy of inner_paths_fixed).
+// and, without the payoff plane, its low word at dstl[o] (the contiguous copy of
+// inner_paths_fixed).
 __device__ __forceinline__ void copy_element(unsigned* dst, unsigned* dstl, const double* src,
                                              int o) {
     const double v = src[o];
     dst[o] = (unsigned)__double2hiint(v);
+#if !PATHS_PAYOFF_PLANE
     dstl[o] = (unsigned)__double2loint(v);
+#endif
+}
+
+// state_store for inner_paths_fixed: the high word alone with the payoff plane.
+__device__ __forceinline__ void fixed_state_store(unsigned* __restrict__ hi, long long plane,
+                                                  double v) {
+#if PATHS_PAYOFF_PLANE
+    hi[0] = (unsigned)__double2hiint(v);
+#else
+    state_store(hi, plane, v);
+#endif
 }
 
 // The block's copy of PATHS_EXP_T (then a barrier: every thread of the block calls it).
@@ -704,6 +726,10 @@ __device__ __forceinline__ void gbm_step_fixed(double* xs, float* zr, unsigned f
 // its states are not stored: instead, as engine_cash_init would from them,
 // cash[l * inner + mm] = payoff, cash_date[..] = pay_date and, where y is not null,
 // y[..] = payoff * pay_df.
+// With PATHS_PAYOFF_PLANE (the host checks that inner * d is even and d >= 2) every stored
+// step keeps only the high-word plane; the block's second half (the low words' place)
+// holds the payoffs of its inner paths instead, paths_payoff of the full states, as
+// doubles: payoff (l, s, mm) at word inner * d + 2 mm of block (l, s).
 extern "C" __global__ void __launch_bounds__(PATHS_BLOCK)
 inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, long long outer,
                   int inner, int steps, const double* __restrict__ start, long long start_stride,
@@ -786,6 +812,11 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
             return;
         }
 #endif
+#if PATHS_PAYOFF_PLANE
+        if (live)
+            *(double*)((unsigned*)out + 2 * (l * steps + s) * step_stride + step_stride + 2 * mm) =
+                paths_payoff(xs, 1);
+#endif
         __syncthreads();
         // Element e = tl * d + i of the block's states: thread tid copies e = tid,
         // tid + PATHS_BLOCK, ... (its high word, then its low word a plane further).
@@ -818,7 +849,7 @@ inner_paths_fixed(unsigned long long seed, unsigned first_outer, unsigned date, 
 #pragma unroll 4
             for (int e = tid; e < PATHS_BLOCK * PATHS_D; e += PATHS_BLOCK) {
                 const long long b = base_all[tl];
-                if (b >= 0) state_store(os + b + i, step_stride, xs_all[tl * SXS + i]);
+                if (b >= 0) fixed_state_store(os + b + i, step_stride, xs_all[tl * SXS + i]);
                 tl += PATHS_BLOCK / PATHS_D;
                 i += PATHS_BLOCK % PATHS_D;
                 if (i >= PATHS_D) {

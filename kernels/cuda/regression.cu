@@ -31,7 +31,11 @@
 //
 // States: the two planes of words of prelude.cu (paths.cu writes them). Every kernel
 // stores the payoff of every inner path of its regressions at payoff[l * m + mm] (the
-// exercise update reads it there), whether or not the path enters.
+// exercise update reads it there), whether or not the path enters. With PAYOFF_PLANE (1)
+// the states' second plane holds the payoffs the path kernel formed (paths.cu's payoff
+// plane: the double at word m D + 2 mm of the block) instead of the low words: the
+// kernels stage those (in the low words' stage buffers) instead of evaluating
+// payoff_value.
 //
 // Shared memory (dynamic, 16-byte aligned): psi[2][G][P][NEP] real |
 // rawh[STAGES][G][P * D] and rawl[STAGES][G][P * D] words (the staged states' high and
@@ -44,6 +48,10 @@
 // that its stores are conflict-free too. The columns that do not depend on the path (the
 // constant basis function, the zero padding past y) are written once, at the start, in
 // every row of both buffers; the others (basis values, y) for each chunk.
+
+#ifndef PAYOFF_PLANE
+#define PAYOFF_PLANE 0
+#endif
 
 #if REAL_F64
 typedef double real;
@@ -232,7 +240,7 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
         return enters ? v : 0.0;
     };
     const unsigned* const slh = (const unsigned*)(states + l * path_stride);
-    const unsigned* const sll = slh + (long long)m * D;
+    const unsigned* const sll = slh + (long long)m * D;  // the low words or payoffs
     const double* const yl = y + l * (long long)m;
     double* const pl = payoff + l * (long long)m;
     // 16-byte copies of a plane when its chunks start on 16-byte boundaries (every chunk
@@ -245,8 +253,13 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
             const int ne = np * D;
             warp_copy_words_async<TC_CHUNK * D>(rawh + sb * (TC_CHUNK * D), slh + (long long)p0 * D,
                                                 ne, np == TC_CHUNK, vech, lane);
+#if PAYOFF_PLANE
+            if (lane < np)
+                async_copy8((double*)(rawl + sb * (TC_CHUNK * D)) + lane, (const double*)sll + p0 + lane);
+#else
             warp_copy_words_async<TC_CHUNK * D>(rawl + sb * (TC_CHUNK * D), sll + (long long)p0 * D,
                                                 ne, np == TC_CHUNK, vecl, lane);
+#endif
             if (lane < np) async_copy8(yraw + sb * TC_CHUNK + lane, yl + p0 + lane);
         }
         async_copy_commit();
@@ -264,7 +277,11 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
         const int np = min(TC_CHUNK, m - c * TC_CHUNK);
         bool f = false;
         if (lane < np) {
+#if PAYOFF_PLANE
+            const double pv = ((const double*)rbl)[lane];
+#else
             const double pv = payoff_value(rbh + lane * D, rbl + lane * D, strike);
+#endif
             pl[c * TC_CHUNK + lane] = pv;
             f = !itm_only || pv > 0.0;
         }
@@ -450,11 +467,20 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
                     const unsigned* sh = (const unsigned*)(states + (l0 + gg) * path_stride) + (long long)p0 * D;
                     warp_copy_words_async<P * D>(rawh + (sb * G + gg) * (P * D), sh, ne,
                                                  np == P && ((P * D) & 3) == 0, vech, lane);
+#if !PAYOFF_PLANE
                     warp_copy_words_async<P * D>(rawl + (sb * G + gg) * (P * D), sh + (long long)m * D, ne,
                                                  np == P && ((P * D) & 3) == 0, vecl, lane);
+#endif
                 }
-                if (g < G && l0 + g < batch && p < np)
+                if (g < G && l0 + g < batch && p < np) {
                     async_copy8(yraw + (sb * G + g) * P + p, y + (l0 + g) * m + p0 + p);
+#if PAYOFF_PLANE
+                    // Payoff (g, p) at double g P + p of the stage's low-word buffer.
+                    const unsigned* sg0 = (const unsigned*)(states + (l0 + g) * path_stride);
+                    async_copy8((double*)(rawl + sb * (G * P * D)) + g * P + p,
+                                (const double*)(sg0 + (long long)m * D) + p0 + p);
+#endif
+                }
             }
             async_copy_commit();
         };
@@ -476,7 +502,11 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
             const bool mine = g < G && l0 + g < batch && p < np;
             bool f = false;
             if (mine) {
+#if PAYOFF_PLANE
+                const double pv = ((const double*)rbl)[tid];  // tid = g P + p
+#else
                 const double pv = payoff_value(rbh + tid * D, rbl + tid * D, strike);
+#endif
                 payoff[(l0 + g) * m + c * P + p] = pv;
                 f = !itm_only || pv > 0.0;
             }

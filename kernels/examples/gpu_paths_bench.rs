@@ -322,6 +322,7 @@ fn run(report: Option<String>) -> Result<(), GpuError> {
             itm_only,
             assets: D,
             inner_paths: M,
+            payoff_plane: false,
         };
         // (name, config, in the quick set)
         let variants = [

@@ -11,13 +11,14 @@ mod common;
 use common::stream;
 use cudarc::driver::{CudaSlice, CudaStream};
 use cva_kernels::cuda::paths::{
-    planes_to_states, states_to_planes, GpuPaths, MarketSteps, PathsOptions, OUTER_STREAM,
+    payoff_plane_fits, planes_to_states, states_to_payoff_planes, states_to_planes, GpuPaths,
+    MarketSteps, PathsOptions, OUTER_STREAM,
 };
 use cva_kernels::cuda::regression::{
     BasisTables, GpuOptionKind, GpuPayoff, GpuRegression, GpuUnderlying, RegressionConfig,
     RegressionSpec,
 };
-use cva_kernels::cuda::GpuReal;
+use cva_kernels::cuda::{GpuError, GpuReal};
 use cva_kernels::families::SplitMix64;
 use std::sync::Arc;
 
@@ -762,7 +763,7 @@ fn regression_case<T: GpuReal>(
     batch: usize,
     seed: u64,
     config: RegressionConfig,
-) -> CaseResult {
+) -> Option<CaseResult> {
     let (m, d, n) = (spec.inner_paths, spec.assets, spec.basis.len());
     let steps = 3;
     let path_stride = steps * m * d;
@@ -796,11 +797,22 @@ fn regression_case<T: GpuReal>(
         abs_b,
     } = cpu_regression::<T>(spec, &states[offset..], path_stride, &y, batch);
 
-    let kernel = GpuRegression::<T>::new(stream, spec, config).unwrap();
-    // The states in the kernels' layout: each (outer path, step) block as two planes.
-    let states_dev = stream
-        .clone_htod(&states_to_planes(&states, m * d))
-        .unwrap();
+    let kernel = match GpuRegression::<T>::new(stream, spec, config) {
+        Ok(k) => k,
+        // The tile kernel stages the payoff plane's doubles in buffers of g p d words.
+        Err(GpuError::Invalid(e)) if spec.payoff_plane && e.contains("stage buffers") => {
+            return None
+        }
+        Err(e) => panic!("{e}"),
+    };
+    // The states in the kernels' layout: each (outer path, step) block as two planes, or
+    // the high words and the payoffs.
+    let layout = if spec.payoff_plane {
+        states_to_payoff_planes(&states, m, d, |row| spec.payoff.value(row))
+    } else {
+        states_to_planes(&states, m * d)
+    };
+    let states_dev = stream.clone_htod(&layout).unwrap();
     let y_dev = stream.clone_htod(&y).unwrap();
     let mut a_dev: CudaSlice<T> = stream.clone_htod(&vec![T::NAN; batch * n * n]).unwrap();
     let mut b_dev: CudaSlice<T> = stream.clone_htod(&vec![T::NAN; batch * n]).unwrap();
@@ -888,7 +900,7 @@ fn regression_case<T: GpuReal>(
             });
         }
     }
-    CaseResult {
+    Some(CaseResult {
         equal,
         entries: total,
         err,
@@ -896,7 +908,7 @@ fn regression_case<T: GpuReal>(
         tensor_cores: kernel.launch_info().tensor_cores,
         tensor_core_step: kernel.launch_info().tensor_core_step,
         bits: a.iter().chain(&b).map(|v| v.to_f64().to_bits()).collect(),
-    }
+    })
 }
 
 fn regression_cases() -> Vec<(&'static str, RegressionSpec, usize)> {
@@ -918,6 +930,7 @@ fn regression_cases() -> Vec<(&'static str, RegressionSpec, usize)> {
                 itm_only: true,
                 assets: d,
                 inner_paths: 300,
+                payoff_plane: false,
             },
             67,
         ),
@@ -933,6 +946,7 @@ fn regression_cases() -> Vec<(&'static str, RegressionSpec, usize)> {
                 itm_only: true,
                 assets: 5,
                 inner_paths: 77,
+                payoff_plane: false,
             },
             45,
         ),
@@ -948,6 +962,7 @@ fn regression_cases() -> Vec<(&'static str, RegressionSpec, usize)> {
                 itm_only: false,
                 assets: 4,
                 inner_paths: 50,
+                payoff_plane: false,
             },
             33,
         ),
@@ -965,6 +980,7 @@ fn regression_cases() -> Vec<(&'static str, RegressionSpec, usize)> {
                 itm_only: true,
                 assets: 6,
                 inner_paths: 100,
+                payoff_plane: false,
             },
             41,
         ),
@@ -980,6 +996,7 @@ fn regression_cases() -> Vec<(&'static str, RegressionSpec, usize)> {
                 itm_only: true,
                 assets: 1,
                 inner_paths: 16,
+                payoff_plane: false,
             },
             100,
         ),
@@ -1016,11 +1033,32 @@ fn regression_matches_cpu<T: GpuReal>(tol: f64) {
         },
         RegressionConfig::default(),
     ];
-    for (i, (name, spec, batch)) in regression_cases().into_iter().enumerate() {
+    // Each case as the path kernel stores it, and with the payoff plane where it fits.
+    let cases = regression_cases()
+        .into_iter()
+        .enumerate()
+        .flat_map(|(i, (name, spec, batch))| {
+            let plane = payoff_plane_fits(spec.assets, spec.inner_paths).then(|| {
+                let spec = RegressionSpec {
+                    payoff_plane: true,
+                    ..spec.clone()
+                };
+                (i, format!("{name}, payoff plane"), spec, batch)
+            });
+            std::iter::once((i, name.to_string(), spec, batch)).chain(plane)
+        });
+    for (i, name, spec, batch) in cases {
         // The outputs of the FMA tile configuration, to compare the tensor cores with.
         let mut fma_bits: Option<Vec<u64>> = None;
         for config in configs {
-            let r = regression_case::<T>(&stream, &spec, batch, 100 + i as u64, config);
+            let Some(r) = regression_case::<T>(&stream, &spec, batch, 100 + i as u64, config)
+            else {
+                println!(
+                    "regression {} {name} [{config:?}]: the payoff plane does not fit",
+                    T::NAME
+                );
+                continue;
+            };
             let RegressionConfig {
                 paths_per_chunk,
                 stages,
@@ -1110,4 +1148,125 @@ fn regression_build_matches_cpu_f64() {
 #[ignore = "needs a CUDA GPU"]
 fn regression_build_matches_cpu_f32() {
     regression_matches_cpu::<f32>(1e-4);
+}
+
+/// The payoff plane (`PathsOptions::payoff_plane`): the fixed inner kernel stores the
+/// states' high words and, in the low words' place, each inner path's payoff. Against the
+/// same module without the plane: every high word the same bits, every payoff the bits
+/// of `GpuPayoff::value` of the full states. Cases: odd d (the contiguous copy) with
+/// fewer inner paths than a block and with more, even d (the general copy); a maximum
+/// call, a basket put and a call on one asset.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn payoff_plane_holds_the_high_words_and_the_payoffs() {
+    let Some(stream) = stream() else { return };
+    let cases = [
+        (
+            5usize,
+            300usize,
+            GpuUnderlying::Max(vec![0, 2, 4]),
+            GpuOptionKind::Call,
+            90.0,
+        ),
+        (
+            5,
+            38,
+            GpuUnderlying::Basket(vec![(1, 0.5), (3, 0.5)]),
+            GpuOptionKind::Put,
+            110.0,
+        ),
+        (4, 150, GpuUnderlying::Asset(2), GpuOptionKind::Call, 95.0),
+    ];
+    for (d, inner, underlying, kind, strike) in cases {
+        let market = Market::new(d, true, 31 + d as u64);
+        let seed = 0x9a70_ff00_0000_0005u64 ^ inner as u64;
+        let payoff = GpuPayoff {
+            underlying,
+            kind,
+            strike,
+        };
+        let options = PathsOptions {
+            payoff: Some(&payoff),
+            ..PathsOptions::default()
+        };
+        let plain = GpuPaths::with_options(&stream, &market.steps(), seed, options).unwrap();
+        let plane = GpuPaths::with_options(
+            &stream,
+            &market.steps(),
+            seed,
+            PathsOptions {
+                payoff_plane: true,
+                ..options
+            },
+        )
+        .unwrap();
+        assert!(plane.payoff_plane() && !plain.payoff_plane());
+        let (paths, steps, first) = (41usize, 6usize, 70u32);
+        let (_, outer) = outer_on_device(&stream, &plain, first, paths, steps);
+        let (k, isteps) = (1usize, 4usize);
+        let block = inner * d;
+        let run = |g: &GpuPaths| {
+            let mut out: CudaSlice<f64> = stream
+                .clone_htod(&vec![f64::NAN; paths * isteps * block])
+                .unwrap();
+            g.inner_paths(
+                first,
+                k as u32,
+                &outer.slice(k * d..),
+                (steps + 1) * d,
+                paths,
+                inner,
+                isteps,
+                &mut out.slice_mut(..),
+            )
+            .unwrap();
+            stream.clone_dtoh(&out).unwrap()
+        };
+        let full = planes_to_states(&run(&plain), block);
+        let got = run(&plane);
+        let want = states_to_payoff_planes(&full, inner, d, |row| payoff.value(row));
+        let mut differ = 0;
+        for (b, (g, w)) in got
+            .chunks_exact(block)
+            .zip(want.chunks_exact(block))
+            .enumerate()
+        {
+            // Words 0 .. block (the high words) and block .. block + 2 inner (the payoffs);
+            // the rest of the block is not written.
+            let words = |v: &[f64]| -> Vec<u32> {
+                v.iter()
+                    .flat_map(|x| [x.to_bits() as u32, (x.to_bits() >> 32) as u32])
+                    .take(block + 2 * inner)
+                    .collect()
+            };
+            let (gw, ww) = (words(g), words(w));
+            for (e, (x, y)) in gw.iter().zip(&ww).enumerate() {
+                if x != y {
+                    if differ < 5 {
+                        eprintln!(
+                            "d={d} inner={inner}: block {b}, word {e}: {x:#010x} / {y:#010x}"
+                        );
+                    }
+                    differ += 1;
+                }
+            }
+        }
+        // Payoffs both positive and zero, so that a plane left unwritten or filled with
+        // one value fails the comparison.
+        let positive = full
+            .chunks_exact(d)
+            .filter(|row| payoff.value(row) > 0.0)
+            .count();
+        println!(
+            "payoff plane d={d} inner={inner}: {} blocks, {positive} of {} payoffs positive, \
+             {differ} words differ",
+            paths * isteps,
+            full.len() / d
+        );
+        assert!(
+            positive > 0 && positive < full.len() / d,
+            "d={d} inner={inner}"
+        );
+        assert_eq!(differ, 0, "d={d} inner={inner}");
+    }
 }

@@ -622,8 +622,8 @@ impl EngineKernels {
     /// SM whose warps stream the tiles of a range of outer paths, so that the path kernel
     /// on the other stream keeps most of each SM) where its shared memory fits, else the
     /// warp-per-outer-path kernel; both give the same bits. The basis reads the states'
-    /// high words alone ([`crate::basis::high_word`]): the streaming kernel reads those
-    /// and `payoffs`; the other kernel reads both planes and forms the payoffs itself.
+    /// high words alone ([`crate::basis::high_word`]): both kernels read those and
+    /// `payoffs` (the other kernel copies both planes of its tiles).
     ///
     /// # Errors
     /// [`GpuError::Invalid`] if a buffer is too short, driver errors.
@@ -718,12 +718,18 @@ impl EngineKernels {
         let mut l = self.stream.launch_builder(f);
         t.push(&mut l, view.states, payoff);
         inputs.push(&mut l);
-        l.arg(&date).arg(&next).arg(y).arg(cash).arg(cash_date);
+        l.arg(&date)
+            .arg(&next)
+            .arg(y)
+            .arg(cash)
+            .arg(cash_date)
+            .arg(payoffs);
         // SAFETY: the arguments match `engine_exercise_{f64,f32}` for `T` (const double*,
         // long long, long long, int, int, int, int, int, int, int, int, double, const int*,
         // const double*, int, int, int, const int*, const int*, const double*, int,
         // const real*, const EngineReport*, const unsigned char*, const unsigned*, const
-        // double*, unsigned, int, double*, double*, unsigned*). States, payoff and basis
+        // double*, unsigned, int, double*, double*, unsigned*, const double*; payoffs
+        // holds c*m, checked). States, payoff and basis
         // asset indices are checked by `view.check`; the basis tables hold n <= 64
         // entries (ENGINE_MAX_N, the local array; `DeviceBasis::new`); x holds c*n, the
         // per-path arrays c, y and the cash flows c*m elements (checked); GpuReport is

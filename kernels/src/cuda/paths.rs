@@ -28,9 +28,13 @@
 //!   `k + 1 + s` (the place of the CPU engine's `[l][s][mm][i]`), as two planes of 32-bit
 //!   words: word `mm * d + i` of the block is the high word (sign, exponent, top 20 bits
 //!   of the significand) of asset `i` of inner path `mm`, word `inner * d + mm * d + i`
-//!   its low word. The regression build reads both planes; the exercise update reads the
-//!   high words and, where they leave its decision open, the low words
-//!   ([`states_to_planes`] and [`planes_to_states`] convert on the host).
+//!   its low word. The regression basis reads the high words alone
+//!   ([`crate::basis::high_word`]); the regression build reads the low words too, for the
+//!   payoffs it stores, and the exercise update reads the high words and those payoffs
+//!   ([`states_to_planes`] and [`planes_to_states`] convert on the host). With the payoff
+//!   plane ([`PathsOptions::payoff_plane`]) the low words are not stored: words
+//!   `inner * d + 2 mm` and `+ 1` of the block hold the payoff of inner path `mm` (a
+//!   double), and the regression build reads that instead.
 
 use super::module::{compile_cubin, source_file};
 use super::regression::{GpuPayoff, GpuUnderlying};
@@ -62,6 +66,46 @@ pub fn states_to_planes(states: &[f64], block: usize) -> Vec<f64> {
             let bits = x.to_bits();
             words[e] = (bits >> 32) as u32;
             words[block + e] = bits as u32;
+        }
+        out.extend(
+            words
+                .chunks_exact(2)
+                .map(|w| f64::from_bits(u64::from(w[1]) << 32 | u64::from(w[0]))),
+        );
+    }
+    out
+}
+
+/// The states of blocks of `m` inner paths of `d` assets (`states`: whole blocks of
+/// `m * d` doubles) in the payoff-plane layout ([`PathsOptions::payoff_plane`]): per
+/// block the `m * d` high words, then `payoff` of each inner path's `d` prices (doubles,
+/// in the place of the low words), the rest of the block zero.
+///
+/// # Panics
+/// If `payoff_plane_fits(d, m)` does not hold or the blocks are not whole.
+pub fn states_to_payoff_planes(
+    states: &[f64],
+    m: usize,
+    d: usize,
+    payoff: impl Fn(&[f64]) -> f64,
+) -> Vec<f64> {
+    let block = m * d;
+    assert!(payoff_plane_fits(d, m), "payoff plane: {m} x {d}");
+    assert!(
+        states.len().is_multiple_of(block),
+        "states: blocks of {block}"
+    );
+    let mut out = Vec::with_capacity(states.len());
+    let mut words = vec![0u32; 2 * block];
+    for b in states.chunks_exact(block) {
+        words.fill(0);
+        for (e, x) in b.iter().enumerate() {
+            words[e] = (x.to_bits() >> 32) as u32;
+        }
+        for (mm, row) in b.chunks_exact(d).enumerate() {
+            let bits = payoff(row).to_bits();
+            words[block + 2 * mm] = bits as u32;
+            words[block + 2 * mm + 1] = (bits >> 32) as u32;
         }
         out.extend(
             words
@@ -198,22 +242,38 @@ pub fn payoff_value_source(payoff: &GpuPayoff) -> Option<String> {
     ))
 }
 
+/// Whether `market` gets the fixed kernels: at most [`FIXED_MAX_ASSETS`] assets, finite
+/// parameters.
+fn fixed_market(market: &MarketSteps) -> bool {
+    let d = market.spots.len();
+    let finite = |v: &[f64]| v.iter().all(|x| x.is_finite());
+    d > 0
+        && d <= FIXED_MAX_ASSETS
+        && finite(market.drift)
+        && finite(market.vol)
+        && market.factor.is_none_or(finite)
+}
+
+/// Whether [`GpuPaths::with_options`] can compile the payoff plane
+/// ([`PathsOptions::payoff_plane`]) for `market` and `payoff` and the inner kernels can
+/// store it for `inner` inner paths: the fixed kernels, the payoff compiled in, and
+/// [`payoff_plane_fits`].
+pub fn payoff_plane_possible(market: &MarketSteps, payoff: &GpuPayoff, inner: usize) -> bool {
+    payoff_plane_fits(market.spots.len(), inner)
+        && fixed_market(market)
+        && payoff_value_source(payoff).is_some()
+}
+
 /// The path module for `market` and `seed`: the fixed kernels compiled for them (defines,
 /// the Philox key words of `seed` and the market's constants, then `cuda/paths.cu`) when
 /// the market has at most [`FIXED_MAX_ASSETS`] assets and finite parameters, else `None`
 /// (generic kernels). The fixed kernels draw from the compiled-in key (their `seed`
 /// argument is not read): constant keys fold into the Philox rounds' XORs.
 pub fn paths_source_fixed(market: &MarketSteps, seed: u64) -> Option<String> {
-    let d = market.spots.len();
-    let finite = |v: &[f64]| v.iter().all(|x| x.is_finite());
-    if d == 0
-        || d > FIXED_MAX_ASSETS
-        || !finite(market.drift)
-        || !finite(market.vol)
-        || !market.factor.is_none_or(finite)
-    {
+    if !fixed_market(market) {
         return None;
     }
+    let d = market.spots.len();
     let mut src = format!(
         "#define PATHS_D {d}\n#define PATHS_FACTOR {}\n#define PATHS_BLOCK {FIXED_BLOCK}\n\
          #define PATHS_KEY0 {:#010x}u\n#define PATHS_KEY1 {:#010x}u\n",
@@ -254,6 +314,8 @@ pub struct GpuPaths {
     pays: bool,
     /// Inner paths in antithetic pairs ([`PathsOptions::antithetic`]).
     antithetic: bool,
+    /// The payoff plane ([`PathsOptions::payoff_plane`]).
+    payoff_plane: bool,
 }
 
 /// How [`GpuPaths::with_options`] compiles the path module.
@@ -269,6 +331,19 @@ pub struct PathsOptions<'a> {
     /// (from `2j`'s stream). The inner kernels then need an even number of inner paths.
     /// In the fixed kernel the two threads of a pair share the Philox and Box–Muller work.
     pub antithetic: bool,
+    /// The payoff plane (needs `payoff`, the fixed kernels and `d >= 2`; the inner
+    /// kernels then need `inner * d` even, [`payoff_plane_fits`]): every stored step of
+    /// the inner kernels keeps the states' high words and, in the place of their low
+    /// words, the payoff of each inner path (module doc). For a portfolio of one American
+    /// position, whose regression build and exercise read nothing else.
+    pub payoff_plane: bool,
+}
+
+/// Whether `d` assets and `inner` inner paths allow the payoff plane
+/// ([`PathsOptions::payoff_plane`]): the `inner` payoffs (doubles) fit in the place of the
+/// `inner * d` low words, 8-byte aligned.
+pub fn payoff_plane_fits(d: usize, inner: usize) -> bool {
+    d >= 2 && (inner * d).is_multiple_of(2)
 }
 
 impl Default for PathsOptions<'_> {
@@ -277,6 +352,7 @@ impl Default for PathsOptions<'_> {
             allow_fixed: true,
             payoff: None,
             antithetic: false,
+            payoff_plane: false,
         }
     }
 }
@@ -394,6 +470,7 @@ impl GpuPaths {
             allow_fixed,
             payoff,
             antithetic,
+            payoff_plane,
         } = options;
         let d = market.spots.len();
         if d == 0 || market.drift.len() != d || market.vol.len() != d {
@@ -434,6 +511,15 @@ impl GpuPaths {
         if antithetic {
             src = format!("#define PATHS_ANTITHETIC 1\n{src}");
         }
+        if payoff_plane {
+            if !pays || d < 2 {
+                return Err(GpuError::Invalid(format!(
+                    "payoff plane: needs a payoff compiled into the fixed kernels and at \
+                     least 2 assets (fixed: {fixed}, payoff: {pays}, d = {d})"
+                )));
+            }
+            src = format!("#define PATHS_PAYOFF_PLANE 1\n{src}");
+        }
         let cubin = compile_cubin(&src, "paths.cu", &format!("sm_{major}{minor}"))?;
         let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin))?;
         let (outer_name, inner_name) = if fixed {
@@ -463,7 +549,13 @@ impl GpuPaths {
             fixed,
             pays,
             antithetic,
+            payoff_plane,
         })
+    }
+
+    /// Whether the inner kernels store the payoff plane ([`PathsOptions::payoff_plane`]).
+    pub fn payoff_plane(&self) -> bool {
+        self.payoff_plane
     }
 
     /// Number of assets.
@@ -674,6 +766,11 @@ impl GpuPaths {
         }
         if outer == 0 || inner == 0 || steps == 0 {
             return Ok(());
+        }
+        if self.payoff_plane && !payoff_plane_fits(d, inner) {
+            return Err(GpuError::Invalid(format!(
+                "payoff plane: {inner} inner paths of {d} assets (inner * d must be even)"
+            )));
         }
         if self.antithetic && inner % 2 != 0 {
             return Err(GpuError::Invalid(format!(
@@ -981,12 +1078,14 @@ mod tests {
                     panic!("{e}");
                 }
             }
-            // With each kind of maturity payoff compiled in.
+            // With each kind of maturity payoff compiled in, and with the payoff plane.
             for payoff in payoffs() {
                 let pay = super::payoff_value_source(&payoff).expect("finite payoff");
                 let src = format!("#define PATHS_PAYOFF 1\n{pay}{src}");
-                if let Err(e) = super::compile_cubin(&src, "paths.cu", "sm_90") {
-                    panic!("{payoff:?}: {e}");
+                for src in [src.clone(), format!("#define PATHS_PAYOFF_PLANE 1\n{src}")] {
+                    if let Err(e) = super::compile_cubin(&src, "paths.cu", "sm_90") {
+                        panic!("{payoff:?}: {e}");
+                    }
                 }
             }
         }

@@ -166,6 +166,11 @@ pub struct RegressionSpec {
     pub assets: usize,
     /// Inner paths per outer path `m`.
     pub inner_paths: usize,
+    /// The states come with the payoff plane of the path kernel
+    /// ([`super::paths::PathsOptions::payoff_plane`]: the payoffs in the place of the low
+    /// words), which the build copies instead of evaluating the payoff. Needs
+    /// [`super::paths::payoff_plane_fits`]`(assets, inner_paths)`.
+    pub payoff_plane: bool,
 }
 
 /// Launch shape of the build kernel.
@@ -465,6 +470,12 @@ impl<T: GpuReal> GpuRegression<T> {
                 "an asset index is outside 0..{d} (or none given)"
             )));
         }
+        if spec.payoff_plane && !super::paths::payoff_plane_fits(d, spec.inner_paths) {
+            return Err(GpuError::Invalid(format!(
+                "payoff plane: {} inner paths of {d} assets (needs d >= 2 and inner * d even)",
+                spec.inner_paths
+            )));
+        }
         let p = config.paths_per_chunk;
         if !p.is_power_of_two() || p > 32 {
             return Err(GpuError::Invalid(format!(
@@ -620,6 +631,18 @@ impl<T: GpuReal> GpuRegression<T> {
             );
             (g, p, threads, smem, src, 0)
         };
+        // The payoffs staged as doubles in the low words' stage buffers: 8-byte aligned
+        // where a stage's buffer (g p d words) has an even size.
+        if spec.payoff_plane && !tensor_cores && !(g * p * d).is_multiple_of(2) {
+            return Err(GpuError::Invalid(format!(
+                "payoff plane: stage buffers of {g} x {p} x {d} words (an even size needed)"
+            )));
+        }
+        let src = if spec.payoff_plane {
+            format!("#define PAYOFF_PLANE 1\n{src}")
+        } else {
+            src
+        };
         let cubin = compile_cubin(&src, "regression.cu", &format!("sm_{major}{minor}"))?;
         let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin))?;
         let name = if T::IS_F64 {
@@ -677,7 +700,8 @@ impl<T: GpuReal> GpuRegression<T> {
     /// `l` in the block of `m * d` doubles at `l * path_stride`, held as two planes of
     /// 32-bit words (high words, then low words: [`super::paths::states_to_planes`]), as
     /// [`super::paths::GpuPaths::inner_paths`] stores them (the view starting at step
-    /// `j - k - 1` with `path_stride = steps * m * d`); `y`, the discounted cash flow of
+    /// `j - k - 1` with `path_stride = steps * m * d`), or with the payoffs in the place
+    /// of the low words ([`RegressionSpec::payoff_plane`]); `y`, the discounted cash flow of
     /// `(l, mm)` at `y[l * m + mm]`. Outputs: `a` (`batch * n * n`, lower triangles), `b`
     /// (`batch * n`), `counts` (`batch`, the number of entering paths) and `payoff`
     /// (`batch * m`: the payoff of every inner path at `l * m + mm`, the bits of
@@ -847,20 +871,30 @@ mod tests {
         .enumerate()
         {
             let payoff = &payoffs[case % payoffs.len()];
-            for f64 in [false, true] {
-                for fma in [false, true] {
-                    let src = regression_source(f64, n, deg, (g, p, st), (fma, fma), payoff, 5);
-                    if let Err(e) = compile_cubin(&src, "regression.cu", "sm_90") {
-                        panic!("{e}");
+            // With and without the payoff plane (the define GpuRegression::new prepends).
+            for plane in ["", "#define PAYOFF_PLANE 1\n"] {
+                for f64 in [false, true] {
+                    for fma in [false, true] {
+                        let src = plane.to_string()
+                            + &regression_source(f64, n, deg, (g, p, st), (fma, fma), payoff, 5);
+                        if let Err(e) = compile_cubin(&src, "regression.cu", "sm_90") {
+                            panic!("{plane}{e}");
+                        }
                     }
                 }
-            }
-            if tensor_cores_fit(n, deg) {
-                for k in [4, tensor_core_step(n, deg, 9)] {
-                    let src =
-                        regression_source_tensor_cores(n, deg, (g.min(32), st, 1, k), payoff, 5);
-                    if let Err(e) = compile_cubin(&src, "regression.cu", "sm_90") {
-                        panic!("tensor cores n={n} step {k}: {e}");
+                if tensor_cores_fit(n, deg) {
+                    for k in [4, tensor_core_step(n, deg, 9)] {
+                        let src = plane.to_string()
+                            + &regression_source_tensor_cores(
+                                n,
+                                deg,
+                                (g.min(32), st, 1, k),
+                                payoff,
+                                5,
+                            );
+                        if let Err(e) = compile_cubin(&src, "regression.cu", "sm_90") {
+                            panic!("{plane}tensor cores n={n} step {k}: {e}");
+                        }
                     }
                 }
             }
