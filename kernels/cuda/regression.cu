@@ -152,8 +152,17 @@ __device__ __forceinline__ void load_quad(const real* row, int q, real v[4]) {
 // Defines (beyond the payoff function): N, DEG, D, W (regressions = warps per block),
 // STAGES (>= 2), THREADS (= 32 W), MIN_BLOCKS. Shared memory (dynamic, 16-byte
 // aligned): per warp rawh[STAGES][32 D] words | rawl[STAGES][32 D] words (the staged
-// states' two planes) | yraw[STAGES][32] double.
+// states' two planes; with PAYOFF_PLANE [STAGES][32] payoffs, doubles) |
+// yraw[STAGES][32] double: TC_WARP_DOUBLES.
 #define TC_CHUNK 32
+// Words per path of a stage's second buffer (the low words, or with PAYOFF_PLANE the
+// payoff, a double) and doubles of shared memory per warp.
+#if PAYOFF_PLANE
+#define TC_SECOND_WORDS 2
+#else
+#define TC_SECOND_WORDS D
+#endif
+#define TC_WARP_DOUBLES (STAGES * TC_CHUNK * (D + TC_SECOND_WORDS + 2) / 2)
 #define NB ((N + 1 + 7) / 8)
 #define NBLK (NB * (NB + 1) / 2)
 // TC_K: paths per tensor-core step. 8 where mma.m16n8k8.f64 exists (sm_90): one DMMA
@@ -190,9 +199,9 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const long long l = (long long)blockIdx.x * W + warp;
     if (l >= batch) return;  // whole warps: no barrier below spans warps
-    unsigned* const rawh = (unsigned*)((double*)smem + (long long)warp * (STAGES * TC_CHUNK * (D + 1)));
-    unsigned* const rawl = rawh + STAGES * TC_CHUNK * D;
-    double* const yraw = (double*)(rawl + STAGES * TC_CHUNK * D);
+    unsigned* const rawh = (unsigned*)((double*)smem + (long long)warp * TC_WARP_DOUBLES);
+    unsigned* const rawl = rawh + STAGES * TC_CHUNK * D;  // low words, or payoffs (doubles)
+    double* const yraw = (double*)(rawl + STAGES * TC_CHUNK * TC_SECOND_WORDS);
     const int chunks = (m + TC_CHUNK - 1) / TC_CHUNK;
 
     // This lane's columns c = 8 I + lane / 4: a chain of factors (asset, 1/S_0), the
@@ -255,7 +264,7 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
                                                 ne, np == TC_CHUNK, vech, lane);
 #if PAYOFF_PLANE
             if (lane < np)
-                async_copy8((double*)(rawl + sb * (TC_CHUNK * D)) + lane, (const double*)sll + p0 + lane);
+                async_copy8((double*)rawl + sb * TC_CHUNK + lane, (const double*)sll + p0 + lane);
 #else
             warp_copy_words_async<TC_CHUNK * D>(rawl + sb * (TC_CHUNK * D), sll + (long long)p0 * D,
                                                 ne, np == TC_CHUNK, vecl, lane);
@@ -272,7 +281,7 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
         async_copy_wait<STAGES - 1>();  // chunk c's group is complete
         __syncwarp();                   // and visible to the whole warp
         const unsigned* rbh = rawh + (c % STAGES) * (TC_CHUNK * D);
-        const unsigned* rbl = rawl + (c % STAGES) * (TC_CHUNK * D);
+        const unsigned* rbl = rawl + (c % STAGES) * (TC_CHUNK * TC_SECOND_WORDS);
         const double* yb = yraw + (c % STAGES) * TC_CHUNK;
         const int np = min(TC_CHUNK, m - c * TC_CHUNK);
         bool f = false;

@@ -516,7 +516,13 @@ impl<T: GpuReal> GpuRegression<T> {
             config.tensor_cores && T::IS_F64 && tensor_cores_fit(n, deg) && major >= 8;
         let (g, p, threads, smem, src, step) = if tensor_cores {
             // Per warp: states[st][32][d] and y[st][32].
-            let shared_tc = |w: usize| w * st * TENSOR_CORE_CHUNK * (d + 1) * 8;
+            // (With the payoff plane: the high words, the payoffs and y.)
+            let per_path = if spec.payoff_plane {
+                4 * d + 16
+            } else {
+                8 * (d + 1)
+            };
+            let shared_tc = |w: usize| w * st * TENSOR_CORE_CHUNK * per_path;
             // Resident blocks of w warps per SM: shared memory (1 kB reserved per
             // block), the register budget, 64 warps.
             let blocks_tc = |w: usize| {
