@@ -666,22 +666,19 @@ impl<T: GpuReal> GpuEngine<T> {
             }
             _ => None,
         };
+        let market_steps = MarketSteps {
+            spots: &spots,
+            drift: &drift,
+            vol: &vol,
+            factor: factor.as_deref(),
+        };
         // The payoff plane (`PathsOptions::payoff_plane`): a portfolio of one American
         // position, whose build and exercise then read the states' high words and the
         // payoffs the path kernel formed, not the low words (`CVA_GPU_PAYOFF_PLANE=0`
         // stores the low words as for other portfolios: the same bits).
         let payoff_plane = scenario.portfolio.len() == 1
             && pays_candidate.is_some_and(|p| {
-                payoff_plane_possible(
-                    &MarketSteps {
-                        spots: &spots,
-                        drift: &drift,
-                        vol: &vol,
-                        factor: factor.as_deref(),
-                    },
-                    &gpu_payoff(scenario, p),
-                    sim.inner_paths,
-                )
+                payoff_plane_possible(&market_steps, &gpu_payoff(scenario, p), sim.inner_paths)
             })
             && std::env::var_os("CVA_GPU_PAYOFF_PLANE").is_none_or(|v| v != "0");
         let shape = ChunkShape::new(
@@ -727,12 +724,6 @@ impl<T: GpuReal> GpuEngine<T> {
             });
             let paths_compile = scope.spawn(|| {
                 let t = Instant::now();
-                let market = MarketSteps {
-                    spots: &spots,
-                    drift: &drift,
-                    vol: &vol,
-                    factor: factor.as_deref(),
-                };
                 let payoff = pays_candidate.map(|p| gpu_payoff(scenario, p));
                 let options = PathsOptions {
                     payoff: payoff.as_ref(),
@@ -740,7 +731,7 @@ impl<T: GpuReal> GpuEngine<T> {
                     payoff_plane,
                     ..PathsOptions::default()
                 };
-                GpuPaths::with_options(&paths_stream, &market, sim.seed, options)
+                GpuPaths::with_options(&paths_stream, &market_steps, sim.seed, options)
                     .map(|p| (p, t.elapsed()))
             });
             let rest = (|| -> Result<_, GpuError> {

@@ -255,7 +255,9 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
     // 16-byte copies of a plane when its chunks start on 16-byte boundaries (every chunk
     // starts 32 D words after the previous one).
     const bool vech = (((unsigned long long)slh) & 15) == 0;
+#if !PAYOFF_PLANE
     const bool vecl = (((unsigned long long)sll) & 15) == 0;
+#endif
     auto stage = [&](int c) {
         if (c < chunks) {
             const int p0 = c * TC_CHUNK, np = min(TC_CHUNK, m - p0), sb = c % STAGES;
@@ -462,7 +464,9 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
         // 16-byte boundary.
         const bool vech = (((unsigned long long)states) & 15) == 0 && (path_stride & 1) == 0 &&
                           ((P * D) & 3) == 0;
+#if !PAYOFF_PLANE
         const bool vecl = vech && (((long long)m * D) & 3) == 0;
+#endif
         // Copies of chunk c of this warp's regressions into stage buffer c % STAGES, as
         // one commit group (empty past the last chunk, so that every iteration commits
         // one group and the wait below keeps a constant count).

@@ -67,13 +67,19 @@ pub fn states_to_planes(states: &[f64], block: usize) -> Vec<f64> {
             words[e] = (bits >> 32) as u32;
             words[block + e] = bits as u32;
         }
-        out.extend(
-            words
-                .chunks_exact(2)
-                .map(|w| f64::from_bits(u64::from(w[1]) << 32 | u64::from(w[0]))),
-        );
+        push_words(&mut out, &words);
     }
     out
+}
+
+/// Appends `words` (an even count) to `out` as the doubles that hold them in memory: word
+/// `2 k` the low half of double `k`, word `2 k + 1` its high half (little-endian).
+fn push_words(out: &mut Vec<f64>, words: &[u32]) {
+    out.extend(
+        words
+            .chunks_exact(2)
+            .map(|w| f64::from_bits(u64::from(w[1]) << 32 | u64::from(w[0]))),
+    );
 }
 
 /// The states of blocks of `m` inner paths of `d` assets (`states`: whole blocks of
@@ -107,11 +113,7 @@ pub fn states_to_payoff_planes(
             words[block + 2 * mm] = bits as u32;
             words[block + 2 * mm + 1] = (bits >> 32) as u32;
         }
-        out.extend(
-            words
-                .chunks_exact(2)
-                .map(|w| f64::from_bits(u64::from(w[1]) << 32 | u64::from(w[0]))),
-        );
+        push_words(&mut out, &words);
     }
     out
 }
