@@ -1,0 +1,541 @@
+// Timing prototype, not part of `cva`: one fused Longstaff-Schwartz step per (outer path,
+// regression date) on the stored states of the payoff plane (issue 5; benches/RESULTS.md,
+// forty-fourth session). basket29's shape only (d = 29, linear basis n = 30, 300 inner
+// paths, f64), synthetic states.
+//
+// One warp per outer path walks S regression dates backward. Per date it keeps the date's
+// high words (34.8 KB) and payoffs (2.4 KB) in its own shared memory, so that the states
+// are read from DRAM once: build [Psi y]^T [Psi y] on the FP64 tensor cores
+// (mma.m16n8k8, the pipeline build's fragments and order), a one-warp L D L^T with the
+// forward and back substitutions and the residual, then the exercise from the same shared
+// states (continuation psi . beta as separate products and sums, as engine.cu forms it).
+// The cash flows and their dates stay in registers across the walk, y in shared memory.
+// The copies of the next date's chunks are issued as the exercise frees each chunk, and
+// the build waits chunk by chunk.
+//
+// MODE 0: all; 1: no solve (beta fixed); 2: no build and no solve; 3: copies only.
+// WPB (warps per outer path, 1 or 2), MINB (blocks per SM for the register budget) and
+// SOLVE (1 or 2, below) select the variants measured. Not the engine's bits: the
+// acceptance test is a plain relative residual, and there is no escalation.
+// Build and run on the GPU machine (repository root):
+//   nvcc -O3 -arch=sm_90 --fmad=false -std=c++17 -I kernels/cuda [-DMODE=..] \
+//        benches/fused_stored.cu -o fs && ./fs S OUTER_PER_LAUNCH TOTAL_REGRESSIONS
+// It prints the check of one outer path's beta against a host solve (S = 1 run first),
+// then the time and the regressions per second. Figures: benches/RESULTS.md, "Forty-fourth
+// session" (best: 0.1035 s per 3.6 M regressions on an H200, 34.8 M/s, WPB 2, MINB 4,
+// SOLVE 2; without the solve 0.070 s).
+#include "prelude.cu"
+#include "rcp.cu"
+
+#ifndef __CUDACC_RTC__
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+#endif
+
+#ifndef MODE
+#define MODE 0
+#endif
+#define D 29
+#define M 300
+#define N 30
+#define NCH 10                // chunks of 32 inner paths
+#define BLOCK_WORDS (2 * M * D)  // one (outer path, date) block: m x d doubles
+#define NPK (31 * 32 / 2)     // packed lower triangle of the 31 x 31 augmented matrix
+#define SMEM_BYTES (M * D * 4 + M * 8 + M * 8 + NPK * 8 + 32 * 8 + 96 * 8 + 16)
+// SOLVE 1: rows in registers, columns by shuffles, IEEE division; 2: rows in registers,
+// the pivot column and z through shared memory (broadcast loads), correctly rounded
+// reciprocals (rcp.cu), the forward substitution folded into the elimination (b as column
+// N), the next column updated and published first (look-ahead), L in shared memory for the
+// back substitution.
+#ifndef SOLVE
+#define SOLVE 2
+#endif
+// Warps per outer path (1 or 2): with 2, warp w owns the chunks c = w mod 2 (their copies,
+// build and exercise); warp 1's partial sums join warp 0's in shared memory, warp 0 solves.
+#ifndef WPB
+#define WPB 1
+#endif
+
+__constant__ double C_DF[16];
+
+// Deterministic value in [0, 1) from two integers (splitmix64).
+__host__ __device__ inline double hash01(unsigned long long a, unsigned long long b) {
+    unsigned long long z = a * 0x9E3779B97F4A7C15ull + b + 0x632BE59BD9B4E019ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * 0x1.0p-53;
+}
+
+__host__ __device__ inline double initial_cash(long long l, int mm) { return 0.3 * hash01(l, 1000 + mm); }
+
+// States of (l, s): prices exp(0.1 (u - 0.5) 3.4) (about 1 +- 17%), the high words and the
+// payoff of the call on the maximum struck at 1 (from the high words).
+__global__ void fill(unsigned* st, long long outer, int S) {
+    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= outer * S * M) return;
+    const long long blk = t / M;
+    const int mm = (int)(t - blk * M);
+    unsigned* b = st + blk * (long long)BLOCK_WORDS;
+    double mx = 0.0;
+    for (int i = 0; i < D; ++i) {
+        const double s = exp(0.34 * (hash01(t, i) - 0.5));
+        const unsigned hw = (unsigned)__double2hiint(s);
+        b[mm * D + i] = hw;
+        mx = fmax(mx, __hiloint2double((int)hw, 0));
+    }
+    ((double*)(b + M * D))[mm] = fmax(mx - 1.0, 0.0);
+}
+
+__device__ __forceinline__ void wait_pending(int n) {
+    switch (n) {
+        case 0: async_copy_wait<0>(); break;
+        case 1: async_copy_wait<1>(); break;
+        case 2: async_copy_wait<2>(); break;
+        case 3: async_copy_wait<3>(); break;
+        case 4: async_copy_wait<4>(); break;
+        case 5: async_copy_wait<5>(); break;
+        case 6: async_copy_wait<6>(); break;
+        case 7: async_copy_wait<7>(); break;
+        case 8: async_copy_wait<8>(); break;
+        default: async_copy_wait<9>(); break;
+    }
+}
+
+// Chunk c (32 inner paths) of the block at src into the warp's buffers, one commit group.
+__device__ __forceinline__ void issue_chunk(unsigned* sh, double* sp, const unsigned* src, int c,
+                                            int lane) {
+    const int p0 = 32 * c, np = min(32, M - p0), nw = np * D;
+    const unsigned* g = src + p0 * D;
+    unsigned* s = sh + p0 * D;
+    for (int r = 4 * lane; r < nw; r += 128) async_copy16(s + r, g + r);
+    const double* gp = (const double*)(src + M * D) + p0;
+    if (2 * lane < np) async_copy16(sp + p0 + 2 * lane, gp + 2 * lane);
+    async_copy_commit();
+}
+
+#ifndef MINB
+#define MINB 5
+#endif
+extern "C" __global__ void __launch_bounds__(32 * WPB, MINB)
+fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __restrict__ value,
+           double* __restrict__ beta_out, int* __restrict__ flags) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    unsigned* const sh = (unsigned*)smem;           // M * D high words
+    double* const sp = (double*)(sh + M * D);       // M payoffs
+    double* const sy = sp + M;                      // M discounted cash flows
+    double* const sg = sy + M;                      // packed [Psi y]^T [Psi y]
+    double* const sb = sg + NPK;                    // beta
+    double* const scol = sb + 32;                   // 2 x 32 pivot columns, 32 of x
+#if WPB == 2
+    unsigned* const stot = (unsigned*)(scol + 96);  // warp 1's count of entering paths
+#endif
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const long long l = blockIdx.x;
+    if (l >= outer) return;
+    const unsigned* const base = st + l * S * (long long)BLOCK_WORDS;
+    const int g = lane >> 2, q = lane & 3;
+
+    double cash[NCH];
+    int cdate[NCH];
+#pragma unroll
+    for (int c = 0; c < NCH; ++c) {
+        const int p = 32 * c + lane;
+        cash[c] = p < M ? initial_cash(l, p) : 0.0;
+        cdate[c] = S;
+        if (p < M) sy[p] = cash[c] * C_DF[1];
+    }
+    for (int c = w; c < NCH; c += WPB) issue_chunk(sh, sp, base + (long long)(S - 1) * BLOCK_WORDS, c, lane);
+    const int mine = (NCH - w + WPB - 1) / WPB;  // chunks of this warp
+
+    for (int s = S - 1; s >= 0; --s) {
+        unsigned total = 0;
+#if MODE <= 1
+        double acc[6][4];
+#pragma unroll
+        for (int k = 0; k < 6; ++k) acc[k][0] = acc[k][1] = acc[k][2] = acc[k][3] = 0.0;
+#pragma unroll 1
+        for (int c = w; c < NCH; c += WPB) {
+            wait_pending(mine - 1 - (c - w) / WPB);
+            __syncwarp();
+            const int p0 = 32 * c, np = min(32, M - p0);
+            const bool f = lane < np && sp[p0 + lane] > 0.0;
+            const unsigned mask = __ballot_sync(0xffffffffu, f);
+            total += __popc(mask);
+#pragma unroll
+            for (int k0 = 0; k0 < 32; k0 += 8) {
+                if (((mask >> k0) & 0xffu) == 0) continue;
+                double v[4][2];
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int pl = k0 + q + 4 * h;
+                    const bool enters = (mask >> pl) & 1u;
+                    const int p = enters ? p0 + pl : 0;
+                    const unsigned* sph = sh + p * D;
+                    const double yv = sy[p];
+#pragma unroll
+                    for (int I = 0; I < 4; ++I) {
+                        const int col = 8 * I + g;
+                        double val;
+                        if (col >= 1 && col <= D)
+                            val = 1.0 * (state_high(sph, col - 1) * 1.0);
+                        else
+                            val = col == 0 ? 1.0 : (col == N ? yv : 0.0);
+                        v[I][h] = enters ? val : 0.0;
+                    }
+                }
+                int k = 0;
+#pragma unroll
+                for (int R = 0; R < 2; ++R)
+#pragma unroll
+                    for (int J = 0; J < 4 && J <= 2 * R + 1; ++J, ++k)
+#ifdef __CUDA_ARCH__
+                        mma_m16n8k8_f64(acc[k], v[2 * R][0], v[2 * R + 1][0], v[2 * R][1],
+                                        v[2 * R + 1][1], v[J][0], v[J][1]);
+#else
+                        ;
+#endif
+            }
+        }
+#if WPB == 2
+        if (w == 1) {
+            int k = 0;
+#pragma unroll
+            for (int R = 0; R < 2; ++R)
+#pragma unroll
+                for (int J = 0; J < 4 && J <= 2 * R + 1; ++J, ++k)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        const int r = 16 * R + g + 8 * (i >> 1), cc = 8 * J + 2 * q + (i & 1);
+                        if (r <= N && cc <= r && cc < N) sg[r * (r + 1) / 2 + cc] = acc[k][i];
+                    }
+            if (lane == 0) *stot = total;
+        }
+        __syncthreads();
+        if (w == 0) {
+            total += *stot;
+            int k = 0;
+#pragma unroll
+            for (int R = 0; R < 2; ++R)
+#pragma unroll
+                for (int J = 0; J < 4 && J <= 2 * R + 1; ++J, ++k)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        const int r = 16 * R + g + 8 * (i >> 1), cc = 8 * J + 2 * q + (i & 1);
+                        if (r <= N && cc <= r && cc < N) acc[k][i] += sg[r * (r + 1) / 2 + cc];
+                    }
+        }
+        __syncwarp();
+#endif
+        const double inv = total > 0 ? 1.0 / (double)total : 0.0;
+        if (w == 0) {
+            int k = 0;
+#pragma unroll
+            for (int R = 0; R < 2; ++R)
+#pragma unroll
+                for (int J = 0; J < 4 && J <= 2 * R + 1; ++J, ++k)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        const int r = 16 * R + g + 8 * (i >> 1), cc = 8 * J + 2 * q + (i & 1);
+                        if (r <= N && cc <= r && cc < N) sg[r * (r + 1) / 2 + cc] = acc[k][i] * inv;
+                    }
+        }
+        __syncwarp();
+#else
+        wait_pending(0);
+        __syncthreads();
+#pragma unroll
+        for (int c = 0; c < NCH; ++c) {
+            const int p = 32 * c + lane;
+            total += __popc(__ballot_sync(0xffffffffu, p < M && sp[p] > 0.0));
+        }
+#endif
+
+#if MODE == 0 && SOLVE == 1
+        // One-warp L D L^T: lane i holds row i of A (full), then of L.
+        if (w == 0) {
+            const int i = lane;
+            double a[N], ra[N];
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+                const int r = max(i, k), cc = min(i, k);
+                a[k] = i < N ? sg[r * (r + 1) / 2 + cc] : (k == 0 ? 1.0 : 0.0);
+                ra[k] = a[k];
+            }
+            const double bi0 = i < N ? sg[N * (N + 1) / 2 + i] : 0.0;
+            double di = 1.0;
+#pragma unroll
+            for (int j = 0; j < N; ++j) {
+                const double dj = __shfl_sync(0xffffffffu, a[j], j);
+                if (i == j) di = dj;
+                const double li = a[j] * (1.0 / dj);
+#pragma unroll
+                for (int k = j + 1; k < N; ++k) {
+                    const double ck = __shfl_sync(0xffffffffu, a[j], k);
+                    a[k] = fma(-li, ck, a[k]);
+                }
+                if (i > j) a[j] = li;
+            }
+            double bi = bi0;
+#pragma unroll
+            for (int j = 0; j < N; ++j) {
+                const double zj = __shfl_sync(0xffffffffu, bi, j);
+                if (i > j) bi = fma(-a[j], zj, bi);
+            }
+            __syncwarp();
+            if (i < N)
+#pragma unroll
+                for (int k = 0; k < N; ++k)
+                    if (k < i) sg[i * (i + 1) / 2 + k] = a[k];
+            __syncwarp();
+            double xi = bi / di;
+#pragma unroll
+            for (int j = N - 1; j >= 0; --j) {
+                const double xj = __shfl_sync(0xffffffffu, xi, j);
+                if (i < j) xi = fma(-sg[j * (j + 1) / 2 + i], xj, xi);
+            }
+            double r = bi0;
+#pragma unroll
+            for (int k = 0; k < N; ++k) r = fma(-ra[k], __shfl_sync(0xffffffffu, xi, k), r);
+            double rr = i < N ? r * r : 0.0, bb = i < N ? bi0 * bi0 : 0.0;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                rr += __shfl_xor_sync(0xffffffffu, rr, o);
+                bb += __shfl_xor_sync(0xffffffffu, bb, o);
+            }
+            const bool ok = total >= N && rr <= 1e-20 * bb && rr == rr;
+            if (!ok && lane == 0) atomicAdd(flags, 1);
+            if (i < N) sb[i] = ok ? xi : (i == 0 ? sg[N * (N + 1) / 2] : 0.0);
+        }
+#elif MODE == 0
+        if (w == 0) {
+            const int i = lane;
+            const bool row = i < N;
+            double a[N + 1], ra[N];
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+                const int r = max(i, k), cc = min(i, k);
+                a[k] = row ? sg[r * (r + 1) / 2 + cc] : 0.0;
+                ra[k] = a[k];
+            }
+            const double bi0 = row ? sg[N * (N + 1) / 2 + i] : 0.0;
+            a[N] = bi0;
+            __syncwarp();  // sg becomes L
+            if (row) scol[i] = a[0];
+            if (i == 0) scol[N] = a[N];
+            __syncwarp();
+            double di = 1.0;
+            bool good = true;
+#pragma unroll
+            for (int j = 0; j < N; ++j) {
+                const double* cj = scol + 32 * (j & 1);
+                double* cn = scol + 32 * ((j + 1) & 1);
+                const double dj = cj[j];
+                if (i == j) di = dj;
+                good = good && dj > 0.0;
+                const double rd = rcp_rn_fast_f64(dj);
+                const double li = i > j && row ? a[j] * rd : 0.0;
+                if (i > j && row) sg[i * (i + 1) / 2 + j] = li;
+                if (j + 1 < N) {
+                    a[j + 1] = fma(-li, cj[j + 1], a[j + 1]);
+                    a[N] = fma(-li, cj[N], a[N]);
+                    if (row && i >= j + 1) cn[i] = a[j + 1];
+                    if (i == j + 1) cn[N] = a[N];
+                }
+#pragma unroll
+                for (int k = j + 2; k < N; ++k) a[k] = fma(-li, cj[k], a[k]);
+                __syncwarp();
+            }
+            // a[N] = z_i; x = D^-1 z, then L^T x = that, from the last row up.
+            double xi = row ? a[N] * rcp_rn_fast_f64(di) : 0.0;
+            double* const sx = scol + 64;
+#pragma unroll
+            for (int j = N - 1; j >= 0; --j) {
+                if (i == j) sx[j] = xi;
+                __syncwarp();
+                if (i < j) xi = fma(-sg[j * (j + 1) / 2 + i], sx[j], xi);
+            }
+            __syncwarp();
+            double r = bi0;
+#pragma unroll
+            for (int k = 0; k < N; ++k) r = fma(-ra[k], sx[k], r);
+            double rr = row ? r * r : 0.0, bb = row ? bi0 * bi0 : 0.0;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                rr += __shfl_xor_sync(0xffffffffu, rr, o);
+                bb += __shfl_xor_sync(0xffffffffu, bb, o);
+            }
+            const bool ok = good && total >= N && rr <= 1e-20 * bb && rr == rr;
+            if (!ok && lane == 0) atomicAdd(flags, 1);
+            if (row) sb[i] = ok ? xi : (i == 0 ? bi0 : 0.0);
+        }
+#else
+        if (w == 0 && lane < N) sb[lane] = lane == 0 ? 0.05 : 0.001;
+#endif
+        __syncthreads();
+        if (l == 0 && s == 0 && lane < N) beta_out[lane] = sb[lane];
+
+#if MODE <= 2
+        // Exercise from the shared states; y of the next date; the next date's copies.
+        double bt[N];
+#pragma unroll
+        for (int k = 0; k < N; ++k) bt[k] = sb[k];
+#endif
+        const unsigned* nxt = base + (long long)(s - 1) * BLOCK_WORDS;
+#pragma unroll
+        for (int c = 0; c < NCH; ++c) {
+            if (c % WPB != w) continue;
+            const int p = 32 * c + lane;
+#if MODE <= 2
+            if (p < M) {
+                const double pv = sp[p];
+                if (pv > 0.0) {
+                    const unsigned* row = sh + p * D;
+                    double cont = 0.0 + 1.0 * bt[0];
+#pragma unroll
+                    for (int k = 0; k < D; ++k) cont = cont + (state_high(row, k) * 1.0) * bt[k + 1];
+                    if (pv >= cont) {
+                        cash[c] = pv;
+                        cdate[c] = s;
+                    }
+                }
+                if (s > 0) sy[p] = cash[c] * C_DF[cdate[c] - (s - 1)];
+            }
+#else
+            if (p < M) cash[c] += sp[p] * 1e-3 + (double)sh[p * D + (s % D)] * 1e-12;
+#endif
+            __syncwarp();
+            if (s > 0) issue_chunk(sh, sp, nxt, c, lane);
+        }
+#if WPB == 2
+        __syncthreads();  // warp 0's next solve buffer (sg) is free of warp 1's partials
+#endif
+    }
+    double v = 0.0;
+#pragma unroll
+    for (int c = 0; c < NCH; ++c)
+        if (c % WPB == w) v += cash[c] * C_DF[cdate[c]];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0) atomicAdd(value + l, v / M);
+}
+
+#ifndef __CUDACC_RTC__
+#define CK(x)                                                                   \
+    do {                                                                        \
+        cudaError_t e = (x);                                                    \
+        if (e != cudaSuccess) {                                                 \
+            printf("CUDA %s at %d: %s\n", #x, __LINE__, cudaGetErrorString(e)); \
+            exit(1);                                                            \
+        }                                                                       \
+    } while (0)
+
+// Host check of one outer path at S = 1: the Gram in long double from the same basis
+// values, the normal equations by Gaussian elimination, against the kernel's beta.
+static double check(const std::vector<unsigned>& blk, const std::vector<double>& beta, double df1) {
+    long double A[N][N + 1] = {};
+    int cnt = 0;
+    const double* pay = (const double*)(blk.data() + M * D);
+    for (int mm = 0; mm < M; ++mm) {
+        if (!(pay[mm] > 0.0)) continue;
+        ++cnt;
+        long double psi[N + 1];
+        psi[0] = 1.0L;
+        for (int i = 0; i < D; ++i) {
+            unsigned long long bits = (unsigned long long)blk[mm * D + i] << 32;
+            double x;
+            memcpy(&x, &bits, 8);
+            psi[i + 1] = x;
+        }
+        psi[N] = initial_cash(0, mm) * df1;
+        for (int r = 0; r < N; ++r)
+            for (int c = 0; c <= N; ++c) A[r][c] += psi[r] * psi[c];
+    }
+    for (int r = 0; r < N; ++r)
+        for (int c = 0; c <= N; ++c) A[r][c] /= cnt;
+    for (int j = 0; j < N; ++j)
+        for (int r = j + 1; r < N; ++r) {
+            const long double f = A[r][j] / A[j][j];
+            for (int c = j; c <= N; ++c) A[r][c] -= f * A[j][c];
+        }
+    long double x[N];
+    for (int r = N - 1; r >= 0; --r) {
+        long double t = A[r][N];
+        for (int c = r + 1; c < N; ++c) t -= A[r][c] * x[c];
+        x[r] = t / A[r][r];
+    }
+    double worst = 0.0, scale = 0.0;
+    for (int r = 0; r < N; ++r) scale = fmax(scale, fabs((double)x[r]));
+    for (int r = 0; r < N; ++r) worst = fmax(worst, fabs(beta[r] - (double)x[r]));
+    printf("check S=1 outer 0: %d paths enter, max |beta - host| = %.3e (max |beta| %.3e)\n", cnt, worst,
+           scale);
+    return worst / scale;
+}
+
+int main(int argc, char** argv) {
+    const int S = argc > 1 ? atoi(argv[1]) : 4;
+    const long long outer = argc > 2 ? atoll(argv[2]) : 20000;
+    const long long total = argc > 3 ? atoll(argv[3]) : 3600000;
+    double df[16];
+    for (int j = 0; j < 16; ++j) df[j] = std::exp(-0.1 * 0.1 * j);
+    CK(cudaMemcpyToSymbol(C_DF, df, sizeof(df)));
+    CK(cudaFuncSetAttribute(fused_walk, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
+    unsigned* st;
+    double *value, *beta;
+    int* flags;
+    CK(cudaMalloc(&st, (size_t)outer * S * BLOCK_WORDS * 4));
+    CK(cudaMalloc(&value, outer * 8));
+    CK(cudaMalloc(&beta, 32 * 8));
+    CK(cudaMalloc(&flags, 4));
+    CK(cudaMemset(flags, 0, 4));
+    {
+        const long long t = outer * S * M;
+        fill<<<(unsigned)((t + 255) / 256), 256>>>(st, outer, S);
+        CK(cudaGetLastError());
+    }
+    int nb = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, fused_walk, 32 * WPB, SMEM_BYTES));
+    printf("MODE %d, WPB %d, S %d, outer per launch %lld, %d bytes of shared memory, %d outer paths per SM\n",
+           MODE, WPB, S, outer, SMEM_BYTES, nb);
+    if (MODE == 0) {
+        // S = 1 on the first outer path's last date block (its states as the S = 1 layout).
+        std::vector<unsigned> blk(BLOCK_WORDS);
+        fused_walk<<<1, 32 * WPB, SMEM_BYTES>>>(st + (size_t)(S - 1) * BLOCK_WORDS, 1, 1, value, beta, flags);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(blk.data(), st + (size_t)(S - 1) * BLOCK_WORDS, BLOCK_WORDS * 4,
+                      cudaMemcpyDeviceToHost));
+        std::vector<double> b(32);
+        CK(cudaMemcpy(b.data(), beta, 32 * 8, cudaMemcpyDeviceToHost));
+        const double rel = check(blk, b, df[1]);
+        printf("check: %s (relative %.2e)\n", rel < 1e-6 ? "ok" : "FAILED", rel);
+    }
+    const long long per_launch = outer * S;
+    const long long launches = (total + per_launch - 1) / per_launch;
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    for (int rep = 0; rep < 3; ++rep) {
+        CK(cudaMemset(flags, 0, 4));
+        CK(cudaMemset(value, 0, outer * 8));
+        CK(cudaEventRecord(e0));
+        for (long long k = 0; k < launches; ++k)
+            fused_walk<<<(unsigned)outer, 32 * WPB, SMEM_BYTES>>>(st, S, outer, value, beta, flags);
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaGetLastError());
+        float ms = 0.f;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        int fl = 0;
+        CK(cudaMemcpy(&fl, flags, 4, cudaMemcpyDeviceToHost));
+        std::vector<double> v(4);
+        CK(cudaMemcpy(v.data(), value, 32, cudaMemcpyDeviceToHost));
+        const double regs = (double)launches * per_launch;
+        printf("rep %d: %lld launches, %.0f regressions in %.4f s = %.1f M/s; per 3.6 M %.4f s; flagged %d; "
+               "value[0] %.6f\n",
+               rep, launches, regs, ms / 1e3, regs / (ms / 1e3) / 1e6, ms / 1e3 * 3.6e6 / regs, fl, v[0]);
+    }
+    return 0;
+}
+#endif
