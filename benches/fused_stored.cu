@@ -116,6 +116,123 @@ __device__ __forceinline__ void issue_chunk(unsigned* sh, double* sp, const unsi
     async_copy_commit();
 }
 
+// The build's work on one chunk of up to 32 inner paths: rows hb[p * D ..] (high words),
+// payoffs pb[p], cash flows yb[p], p < np. The pipeline build's fragments and DMMA order
+// (regression.cu, TC_K 8); acc: the 6 blocks of 16 x 8 of the lower [Psi y]^T [Psi y].
+__device__ __forceinline__ void build_chunk(double (&acc)[6][4], unsigned& total, const unsigned* hb,
+                                            const double* pb, const double* yb, int np, int lane) {
+    const int g = lane >> 2, q = lane & 3;
+    const bool f = lane < np && pb[lane] > 0.0;
+    const unsigned mask = __ballot_sync(0xffffffffu, f);
+    total += __popc(mask);
+#pragma unroll
+    for (int k0 = 0; k0 < 32; k0 += 8) {
+        if (((mask >> k0) & 0xffu) == 0) continue;
+        double v[4][2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int pl = k0 + q + 4 * h;
+            const bool enters = (mask >> pl) & 1u;
+            const int p = enters ? pl : 0;
+            const unsigned* sph = hb + p * D;
+            const double yv = yb[p];
+#pragma unroll
+            for (int I = 0; I < 4; ++I) {
+                const int col = 8 * I + g;
+                double val;
+                if (col >= 1 && col <= D)
+                    val = 1.0 * (state_high(sph, col - 1) * 1.0);
+                else
+                    val = col == 0 ? 1.0 : (col == N ? yv : 0.0);
+                v[I][h] = enters ? val : 0.0;
+            }
+        }
+        int k = 0;
+#pragma unroll
+        for (int R = 0; R < 2; ++R)
+#pragma unroll
+            for (int J = 0; J < 4 && J <= 2 * R + 1; ++J, ++k)
+#ifdef __CUDA_ARCH__
+                mma_m16n8k8_f64(acc[k], v[2 * R][0], v[2 * R + 1][0], v[2 * R][1], v[2 * R + 1][1],
+                                v[J][0], v[J][1]);
+#else
+                ;
+#endif
+    }
+}
+
+// SOLVE 2: the one-warp L D L^T of the packed augmented Gram sg (A and b in row N), beta
+// into sb (the fallback mean b_0 where the system is not accepted). scol: 96 doubles.
+// Lean: L goes to sL (apart from A, which stays in sg for the residual) instead of over A,
+// so that the rows of A need not stay in registers.
+template <bool Lean>
+__device__ __forceinline__ void solve2(double* sg, double* sL, double* sb, double* scol, unsigned total,
+                                       int* flags, int lane) {
+    const int i = lane;
+    const bool row = i < N;
+    double a[N + 1], ra[Lean ? 1 : N];
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+        const int r = max(i, k), cc = min(i, k);
+        a[k] = row ? sg[r * (r + 1) / 2 + cc] : 0.0;
+        if (!Lean) ra[k] = a[k];
+    }
+    if (!Lean) sL = sg;
+    const double bi0 = row ? sg[N * (N + 1) / 2 + i] : 0.0;
+    a[N] = bi0;
+    __syncwarp();  // sg becomes L
+    if (row) scol[i] = a[0];
+    if (i == 0) scol[N] = a[N];
+    __syncwarp();
+    double di = 1.0;
+    bool good = true;
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+        const double* cj = scol + 32 * (j & 1);
+        double* cn = scol + 32 * ((j + 1) & 1);
+        const double dj = cj[j];
+        if (i == j) di = dj;
+        good = good && dj > 0.0;
+        const double rd = rcp_rn_fast_f64(dj);
+        const double li = i > j && row ? a[j] * rd : 0.0;
+        if (i > j && row) sL[i * (i + 1) / 2 + j] = li;
+        if (j + 1 < N) {
+            a[j + 1] = fma(-li, cj[j + 1], a[j + 1]);
+            a[N] = fma(-li, cj[N], a[N]);
+            if (row && i >= j + 1) cn[i] = a[j + 1];
+            if (i == j + 1) cn[N] = a[N];
+        }
+#pragma unroll
+        for (int k = j + 2; k < N; ++k) a[k] = fma(-li, cj[k], a[k]);
+        __syncwarp();
+    }
+    // a[N] = z_i; x = D^-1 z, then L^T x = that, from the last row up.
+    double xi = row ? a[N] * rcp_rn_fast_f64(di) : 0.0;
+    double* const sx = scol + 64;
+#pragma unroll
+    for (int j = N - 1; j >= 0; --j) {
+        if (i == j) sx[j] = xi;
+        __syncwarp();
+        if (i < j) xi = fma(-sL[j * (j + 1) / 2 + i], sx[j], xi);
+    }
+    __syncwarp();
+    double r = bi0;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+        const int rr_ = max(i, k), cc = min(i, k);
+        r = fma(-(Lean ? (row ? sg[rr_ * (rr_ + 1) / 2 + cc] : 0.0) : ra[Lean ? 0 : k]), sx[k], r);
+    }
+    double rr = row ? r * r : 0.0, bb = row ? bi0 * bi0 : 0.0;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        rr += __shfl_xor_sync(0xffffffffu, rr, o);
+        bb += __shfl_xor_sync(0xffffffffu, bb, o);
+    }
+    const bool ok = good && total >= N && rr <= 1e-20 * bb && rr == rr;
+    if (!ok && lane == 0) atomicAdd(flags, 1);
+    if (row) sb[i] = ok ? xi : (i == 0 ? bi0 : 0.0);
+}
+
 #ifndef MINB
 #define MINB 5
 #endif
@@ -160,44 +277,8 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
         for (int c = w; c < NCH; c += WPB) {
             wait_pending(mine - 1 - (c - w) / WPB);
             __syncwarp();
-            const int p0 = 32 * c, np = min(32, M - p0);
-            const bool f = lane < np && sp[p0 + lane] > 0.0;
-            const unsigned mask = __ballot_sync(0xffffffffu, f);
-            total += __popc(mask);
-#pragma unroll
-            for (int k0 = 0; k0 < 32; k0 += 8) {
-                if (((mask >> k0) & 0xffu) == 0) continue;
-                double v[4][2];
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int pl = k0 + q + 4 * h;
-                    const bool enters = (mask >> pl) & 1u;
-                    const int p = enters ? p0 + pl : 0;
-                    const unsigned* sph = sh + p * D;
-                    const double yv = sy[p];
-#pragma unroll
-                    for (int I = 0; I < 4; ++I) {
-                        const int col = 8 * I + g;
-                        double val;
-                        if (col >= 1 && col <= D)
-                            val = 1.0 * (state_high(sph, col - 1) * 1.0);
-                        else
-                            val = col == 0 ? 1.0 : (col == N ? yv : 0.0);
-                        v[I][h] = enters ? val : 0.0;
-                    }
-                }
-                int k = 0;
-#pragma unroll
-                for (int R = 0; R < 2; ++R)
-#pragma unroll
-                    for (int J = 0; J < 4 && J <= 2 * R + 1; ++J, ++k)
-#ifdef __CUDA_ARCH__
-                        mma_m16n8k8_f64(acc[k], v[2 * R][0], v[2 * R + 1][0], v[2 * R][1],
-                                        v[2 * R + 1][1], v[J][0], v[J][1]);
-#else
-                        ;
-#endif
-            }
+            const int p0 = 32 * c;
+            build_chunk(acc, total, sh + p0 * D, sp + p0, sy + p0, min(32, M - p0), lane);
         }
 #if WPB == 2
         if (w == 1) {
@@ -310,67 +391,7 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
             if (i < N) sb[i] = ok ? xi : (i == 0 ? sg[N * (N + 1) / 2] : 0.0);
         }
 #elif MODE == 0
-        if (w == 0) {
-            const int i = lane;
-            const bool row = i < N;
-            double a[N + 1], ra[N];
-#pragma unroll
-            for (int k = 0; k < N; ++k) {
-                const int r = max(i, k), cc = min(i, k);
-                a[k] = row ? sg[r * (r + 1) / 2 + cc] : 0.0;
-                ra[k] = a[k];
-            }
-            const double bi0 = row ? sg[N * (N + 1) / 2 + i] : 0.0;
-            a[N] = bi0;
-            __syncwarp();  // sg becomes L
-            if (row) scol[i] = a[0];
-            if (i == 0) scol[N] = a[N];
-            __syncwarp();
-            double di = 1.0;
-            bool good = true;
-#pragma unroll
-            for (int j = 0; j < N; ++j) {
-                const double* cj = scol + 32 * (j & 1);
-                double* cn = scol + 32 * ((j + 1) & 1);
-                const double dj = cj[j];
-                if (i == j) di = dj;
-                good = good && dj > 0.0;
-                const double rd = rcp_rn_fast_f64(dj);
-                const double li = i > j && row ? a[j] * rd : 0.0;
-                if (i > j && row) sg[i * (i + 1) / 2 + j] = li;
-                if (j + 1 < N) {
-                    a[j + 1] = fma(-li, cj[j + 1], a[j + 1]);
-                    a[N] = fma(-li, cj[N], a[N]);
-                    if (row && i >= j + 1) cn[i] = a[j + 1];
-                    if (i == j + 1) cn[N] = a[N];
-                }
-#pragma unroll
-                for (int k = j + 2; k < N; ++k) a[k] = fma(-li, cj[k], a[k]);
-                __syncwarp();
-            }
-            // a[N] = z_i; x = D^-1 z, then L^T x = that, from the last row up.
-            double xi = row ? a[N] * rcp_rn_fast_f64(di) : 0.0;
-            double* const sx = scol + 64;
-#pragma unroll
-            for (int j = N - 1; j >= 0; --j) {
-                if (i == j) sx[j] = xi;
-                __syncwarp();
-                if (i < j) xi = fma(-sg[j * (j + 1) / 2 + i], sx[j], xi);
-            }
-            __syncwarp();
-            double r = bi0;
-#pragma unroll
-            for (int k = 0; k < N; ++k) r = fma(-ra[k], sx[k], r);
-            double rr = row ? r * r : 0.0, bb = row ? bi0 * bi0 : 0.0;
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) {
-                rr += __shfl_xor_sync(0xffffffffu, rr, o);
-                bb += __shfl_xor_sync(0xffffffffu, bb, o);
-            }
-            const bool ok = good && total >= N && rr <= 1e-20 * bb && rr == rr;
-            if (!ok && lane == 0) atomicAdd(flags, 1);
-            if (row) sb[i] = ok ? xi : (i == 0 ? bi0 : 0.0);
-        }
+        if (w == 0) solve2<false>(sg, sg, sb, scol, total, flags, lane);
 #else
         if (w == 0 && lane < N) sb[lane] = lane == 0 ? 0.05 : 0.001;
 #endif
@@ -421,6 +442,179 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     if (lane == 0) atomicAdd(value + l, v / M);
 }
+
+#ifdef RING
+// RING (stages, >= 2): the same step without keeping the date's states. Each warp streams
+// its chunks through a ring of RING stages, RING - 1 ahead: the build's chunks, then the
+// exercise's (the same chunks again, found in L2 if the GPU has read less than its L2 in
+// between), then the next date's build... The ring keeps loading through the solve.
+// Shared memory: ring[WPB][RING] stages of 32 D words and 32 payoffs | y[M] | the packed
+// Gram | beta | 96 doubles for the solver | warp 1's count.
+#define CH_WORDS (32 * D)
+#define STAGE_BYTES (CH_WORDS * 4 + 32 * 8)
+// LEAN 1: the solver's L apart from A (NPK more doubles), beta read from shared memory in
+// the exercise: fewer registers, so that more warps fit (MINB).
+#ifndef LEAN
+#define LEAN 0
+#endif
+#define SMEM_RING (WPB * RING * STAGE_BYTES + M * 8 + (1 + LEAN) * NPK * 8 + 32 * 8 + 96 * 8 + 16)
+#define MAXC ((NCH + WPB - 1) / WPB)
+extern "C" __global__ void __launch_bounds__(32 * WPB, MINB)
+fused_walk_ring(const unsigned* __restrict__ st, int S, long long outer, double* __restrict__ value,
+                double* __restrict__ beta_out, int* __restrict__ flags) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    unsigned char* const ring = smem + w * RING * STAGE_BYTES;
+    double* const sy = (double*)(smem + WPB * RING * STAGE_BYTES);
+    double* const sg = sy + M;
+    double* const sb = sg + NPK;
+    double* const scol = sb + 32;
+    double* const sL = scol + 96;  // LEAN only
+#if WPB == 2
+    unsigned* const stot = (unsigned*)(sL + LEAN * NPK);
+#endif
+    const long long l = blockIdx.x;
+    if (l >= outer) return;
+    const unsigned* const base = st + l * S * (long long)BLOCK_WORDS;
+    const int g = lane >> 2, q = lane & 3;
+    const int mine = (NCH - w + WPB - 1) / WPB;
+    const int per_step = 2 * mine, total_t = S * per_step;
+
+    double cash[MAXC];
+    int cdate[MAXC];
+#pragma unroll
+    for (int i = 0; i < MAXC; ++i) {
+        const int p = 32 * (w + WPB * i) + lane;
+        cash[i] = p < M ? initial_cash(l, p) : 0.0;
+        cdate[i] = S;
+        if (p < M) sy[p] = cash[i] * C_DF[1];
+    }
+    auto issue = [&](int t) {
+        if (t < total_t) {
+            const int s = S - 1 - t / per_step, c = w + WPB * ((t % per_step) % mine);
+            const int p0 = 32 * c, np = min(32, M - p0), nw = np * D;
+            const unsigned* src = base + (long long)s * BLOCK_WORDS;
+            unsigned* dh = (unsigned*)(ring + (t % RING) * STAGE_BYTES);
+            const unsigned* gh = src + p0 * D;
+            for (int r = 4 * lane; r < nw; r += 128) async_copy16(dh + r, gh + r);
+            const double* gp = (const double*)(src + M * D) + p0;
+            if (2 * lane < np) async_copy16((double*)(dh + CH_WORDS) + 2 * lane, gp + 2 * lane);
+        }
+        async_copy_commit();
+    };
+    for (int t = 0; t < RING - 1; ++t) issue(t);
+    int t = 0;
+    auto next = [&]() -> const unsigned* {
+        __syncwarp();  // every lane is done with the stage chunk t + RING - 1 reuses
+        issue(t + RING - 1);
+        async_copy_wait<RING - 1>();
+        __syncwarp();
+        return (const unsigned*)(ring + (t++ % RING) * STAGE_BYTES);
+    };
+
+    for (int s = S - 1; s >= 0; --s) {
+        unsigned total = 0;
+        double acc[6][4];
+#pragma unroll
+        for (int k = 0; k < 6; ++k) acc[k][0] = acc[k][1] = acc[k][2] = acc[k][3] = 0.0;
+#pragma unroll 1
+        for (int i = 0; i < mine; ++i) {
+            const int p0 = 32 * (w + WPB * i);
+            const unsigned* hb = next();
+            build_chunk(acc, total, hb, (const double*)(hb + CH_WORDS), sy + p0, min(32, M - p0), lane);
+        }
+#if WPB == 2
+        if (w == 1) {
+            int k = 0;
+#pragma unroll
+            for (int R = 0; R < 2; ++R)
+#pragma unroll
+                for (int J = 0; J < 4 && J <= 2 * R + 1; ++J, ++k)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int r = 16 * R + g + 8 * (e >> 1), cc = 8 * J + 2 * q + (e & 1);
+                        if (r <= N && cc <= r && cc < N) sg[r * (r + 1) / 2 + cc] = acc[k][e];
+                    }
+            if (lane == 0) *stot = total;
+        }
+        __syncthreads();
+        if (w == 0) {
+            total += *stot;
+            int k = 0;
+#pragma unroll
+            for (int R = 0; R < 2; ++R)
+#pragma unroll
+                for (int J = 0; J < 4 && J <= 2 * R + 1; ++J, ++k)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int r = 16 * R + g + 8 * (e >> 1), cc = 8 * J + 2 * q + (e & 1);
+                        if (r <= N && cc <= r && cc < N) acc[k][e] += sg[r * (r + 1) / 2 + cc];
+                    }
+        }
+        __syncwarp();
+#endif
+        if (w == 0) {
+            const double inv = total > 0 ? 1.0 / (double)total : 0.0;
+            int k = 0;
+#pragma unroll
+            for (int R = 0; R < 2; ++R)
+#pragma unroll
+                for (int J = 0; J < 4 && J <= 2 * R + 1; ++J, ++k)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int r = 16 * R + g + 8 * (e >> 1), cc = 8 * J + 2 * q + (e & 1);
+                        if (r <= N && cc <= r && cc < N) sg[r * (r + 1) / 2 + cc] = acc[k][e] * inv;
+                    }
+            __syncwarp();
+            solve2<LEAN>(sg, sL, sb, scol, total, flags, lane);
+        }
+        __syncthreads();
+        if (l == 0 && s == 0 && lane < N) beta_out[lane] = sb[lane];
+#if LEAN
+        const double* bt = sb;
+#else
+        double bt[N];
+#pragma unroll
+        for (int k = 0; k < N; ++k) bt[k] = sb[k];
+#endif
+#pragma unroll
+        for (int i = 0; i < MAXC; ++i) {
+            if (i >= mine) break;
+            const int p = 32 * (w + WPB * i) + lane;
+            const unsigned* hb = next();
+            if (p < M) {
+                const double pv = ((const double*)(hb + CH_WORDS))[lane];
+                if (pv > 0.0) {
+                    const unsigned* row = hb + lane * D;
+                    double cont = 0.0 + 1.0 * bt[0];
+#pragma unroll
+                    for (int k = 0; k < D; ++k) cont = cont + (state_high(row, k) * 1.0) * bt[k + 1];
+                    if (pv >= cont) {
+                        cash[i] = pv;
+                        cdate[i] = s;
+                    }
+                }
+                if (s > 0) sy[p] = cash[i] * C_DF[cdate[i] - (s - 1)];
+            }
+        }
+#if WPB == 2
+        __syncthreads();
+#endif
+    }
+    double v = 0.0;
+#pragma unroll
+    for (int i = 0; i < MAXC; ++i)
+        if (i < mine) v += cash[i] * C_DF[cdate[i]];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0) atomicAdd(value + l, v / M);
+}
+#define KERNEL fused_walk_ring
+#define KERNEL_SMEM SMEM_RING
+#else
+#define KERNEL fused_walk
+#define KERNEL_SMEM SMEM_BYTES
+#endif
 
 #ifndef __CUDACC_RTC__
 #define CK(x)                                                                   \
@@ -481,7 +675,7 @@ int main(int argc, char** argv) {
     double df[16];
     for (int j = 0; j < 16; ++j) df[j] = std::exp(-0.1 * 0.1 * j);
     CK(cudaMemcpyToSymbol(C_DF, df, sizeof(df)));
-    CK(cudaFuncSetAttribute(fused_walk, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
+    CK(cudaFuncSetAttribute(KERNEL, cudaFuncAttributeMaxDynamicSharedMemorySize, KERNEL_SMEM));
     unsigned* st;
     double *value, *beta;
     int* flags;
@@ -496,13 +690,16 @@ int main(int argc, char** argv) {
         CK(cudaGetLastError());
     }
     int nb = 0;
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, fused_walk, 32 * WPB, SMEM_BYTES));
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, KERNEL, 32 * WPB, KERNEL_SMEM));
+#ifdef RING
+    printf("RING %d: ", RING);
+#endif
     printf("MODE %d, WPB %d, S %d, outer per launch %lld, %d bytes of shared memory, %d outer paths per SM\n",
-           MODE, WPB, S, outer, SMEM_BYTES, nb);
+           MODE, WPB, S, outer, KERNEL_SMEM, nb);
     if (MODE == 0) {
         // S = 1 on the first outer path's last date block (its states as the S = 1 layout).
         std::vector<unsigned> blk(BLOCK_WORDS);
-        fused_walk<<<1, 32 * WPB, SMEM_BYTES>>>(st + (size_t)(S - 1) * BLOCK_WORDS, 1, 1, value, beta, flags);
+        KERNEL<<<1, 32 * WPB, KERNEL_SMEM>>>(st + (size_t)(S - 1) * BLOCK_WORDS, 1, 1, value, beta, flags);
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(blk.data(), st + (size_t)(S - 1) * BLOCK_WORDS, BLOCK_WORDS * 4,
                       cudaMemcpyDeviceToHost));
@@ -521,7 +718,7 @@ int main(int argc, char** argv) {
         CK(cudaMemset(value, 0, outer * 8));
         CK(cudaEventRecord(e0));
         for (long long k = 0; k < launches; ++k)
-            fused_walk<<<(unsigned)outer, 32 * WPB, SMEM_BYTES>>>(st, S, outer, value, beta, flags);
+            KERNEL<<<(unsigned)outer, 32 * WPB, KERNEL_SMEM>>>(st, S, outer, value, beta, flags);
         CK(cudaEventRecord(e1));
         CK(cudaEventSynchronize(e1));
         CK(cudaGetLastError());
