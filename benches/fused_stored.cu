@@ -22,8 +22,8 @@
 //        benches/fused_stored.cu -o fs && ./fs S OUTER_PER_LAUNCH TOTAL_REGRESSIONS
 // It prints the check of one outer path's beta against a host solve (S = 1 run first),
 // then the time and the regressions per second. Figures: benches/RESULTS.md, "Forty-fourth
-// session" (best: 0.1035 s per 3.6 M regressions on an H200, 34.8 M/s, WPB 2, MINB 4,
-// SOLVE 2; without the solve 0.070 s).
+// session" (best: 0.0965-0.0974 s per 3.6 M regressions on an H200, 37.1 M/s, WPB 2,
+// MINB 4, SOLVE 3; without the solve 0.071 s).
 #include "prelude.cu"
 #include "rcp.cu"
 
@@ -43,15 +43,17 @@
 #define NCH 10                // chunks of 32 inner paths
 #define BLOCK_WORDS (2 * M * D)  // one (outer path, date) block: m x d doubles
 #define NPK (31 * 32 / 2)     // packed lower triangle of the 31 x 31 augmented matrix
-#define SMEM_BYTES (M * D * 4 + M * 8 + M * 8 + NPK * 8 + 32 * 8 + 96 * 8 + 16)
+#define SMEM_BYTES (M * D * 4 + M * 8 + M * 8 + NPK * 8 + 32 * 8 + SCOL * 8 + 16)
 // SOLVE 1: rows in registers, columns by shuffles, IEEE division; 2: rows in registers,
 // the pivot column and z through shared memory (broadcast loads), correctly rounded
 // reciprocals (rcp.cu), the forward substitution folded into the elimination (b as column
 // N), the next column updated and published first (look-ahead), L in shared memory for the
-// back substitution.
+// back substitution. 3: SOLVE 2 with 2 x 2 pivot blocks (solve3 below).
 #ifndef SOLVE
 #define SOLVE 2
 #endif
+// Doubles of the solver's scratch.
+#define SCOL (SOLVE == 3 ? 208 : 96)
 // Warps per outer path (1 or 2): with 2, warp w owns the chunks c = w mod 2 (their copies,
 // build and exercise); warp 1's partial sums join warp 0's in shared memory, warp 0 solves.
 #ifndef WPB
@@ -162,7 +164,8 @@ __device__ __forceinline__ void build_chunk(double (&acc)[6][4], unsigned& total
 }
 
 // SOLVE 2: the one-warp L D L^T of the packed augmented Gram sg (A and b in row N), beta
-// into sb (the fallback mean b_0 where the system is not accepted). scol: 96 doubles.
+// into sb (the fallback mean b_0 where the system is not accepted). scol: 96 doubles (two
+// pivot columns, x).
 // Lean: L goes to sL (apart from A, which stays in sg for the residual) instead of over A,
 // so that the rows of A need not stay in registers.
 template <bool Lean>
@@ -233,6 +236,112 @@ __device__ __forceinline__ void solve2(double* sg, double* sL, double* sb, doubl
     if (row) sb[i] = ok ? xi : (i == 0 ? bi0 : 0.0);
 }
 
+// SOLVE 3: as SOLVE 2 with 2 x 2 pivot blocks (A = L D L^T, D block diagonal): 15 steps
+// of a 2 x 2 inverse instead of 30 reciprocals, and 15 steps in the back substitution.
+// scol: 2 buffers of the two pivot columns (their entry N: the pivot rows' z), 32 of x,
+// 48 of the blocks' inverses: 208 doubles.
+template <bool Lean>
+__device__ __forceinline__ void solve3(double* sg, double* sL, double* sb, double* scol, unsigned total,
+                                       int* flags, int lane) {
+    const int i = lane;
+    const bool row = i < N;
+    double a[N + 1], ra[Lean ? 1 : N];
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+        const int r = max(i, k), cc = min(i, k);
+        a[k] = row ? sg[r * (r + 1) / 2 + cc] : 0.0;
+        if (!Lean) ra[k] = a[k];
+    }
+    if (!Lean) sL = sg;
+    const double bi0 = row ? sg[N * (N + 1) / 2 + i] : 0.0;
+    a[N] = bi0;
+    double* const sx = scol + 128;
+    double* const sD = scol + 160;
+    __syncwarp();
+    if (row) {
+        scol[i] = a[0];
+        scol[32 + i] = a[1];
+    }
+    if (i == 0) scol[N] = a[N];
+    if (i == 1) scol[32 + N] = a[N];
+    __syncwarp();
+    bool good = true;
+#pragma unroll
+    for (int t = 0; t < N / 2; ++t) {
+        const int J = 2 * t;
+        const double* c0 = scol + 64 * (t & 1);
+        const double* c1 = c0 + 32;
+        double* n0 = scol + 64 * ((t + 1) & 1);
+        double* n1 = n0 + 32;
+        const double p00 = c0[J], p01 = c0[J + 1], p11 = c1[J + 1];
+        const double det = fma(p00, p11, -(p01 * p01));
+        good = good && p00 > 0.0 && det > 0.0;
+        const double rdet = rcp_rn_fast_f64(det);
+        const double i00 = p11 * rdet, i01 = -p01 * rdet, i11 = p00 * rdet;
+        if (i == 0) {
+            sD[3 * t] = i00;
+            sD[3 * t + 1] = i01;
+            sD[3 * t + 2] = i11;
+        }
+        const bool below = row && i > J + 1;
+        const double u0 = a[J], u1 = a[J + 1];
+        const double l0 = below ? fma(u0, i00, u1 * i01) : 0.0;
+        const double l1 = below ? fma(u0, i01, u1 * i11) : 0.0;
+        if (below) {
+            sL[i * (i + 1) / 2 + J] = l0;
+            sL[i * (i + 1) / 2 + J + 1] = l1;
+        }
+        if (J + 2 < N) {
+            a[J + 2] = fma(-l1, c1[J + 2], fma(-l0, c0[J + 2], a[J + 2]));
+            a[J + 3] = fma(-l1, c1[J + 3], fma(-l0, c0[J + 3], a[J + 3]));
+            a[N] = fma(-l1, c1[N], fma(-l0, c0[N], a[N]));
+            if (row && i >= J + 2) {
+                n0[i] = a[J + 2];
+                n1[i] = a[J + 3];
+            }
+            if (i == J + 2) n0[N] = a[N];
+            if (i == J + 3) n1[N] = a[N];
+        }
+#pragma unroll
+        for (int k = J + 4; k < N; ++k) a[k] = fma(-l1, c1[k], fma(-l0, c0[k], a[k]));
+        __syncwarp();
+    }
+    // z = a[N]; w = D^-1 z by blocks; then L^T x = w, a block of two rows at a time.
+    if (row) sx[i] = a[N];
+    __syncwarp();
+    double xi = 0.0;
+    if (row) {
+        const int t = i >> 1, J = 2 * t;
+        const double z0 = sx[J], z1 = sx[J + 1];
+        xi = (i & 1) ? fma(sD[3 * t + 1], z0, sD[3 * t + 2] * z1) : fma(sD[3 * t], z0, sD[3 * t + 1] * z1);
+    }
+    __syncwarp();
+#pragma unroll
+    for (int t = N / 2 - 1; t >= 0; --t) {
+        const int J = 2 * t;
+        if (i == J || i == J + 1) sx[i] = xi;
+        __syncwarp();
+        if (i < J)
+            xi = fma(-sL[(J + 1) * (J + 2) / 2 + i], sx[J + 1], fma(-sL[J * (J + 1) / 2 + i], sx[J], xi));
+    }
+    __syncwarp();
+    double r = bi0;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+        const int rr_ = max(i, k), cc = min(i, k);
+        r = fma(-(Lean ? (row ? sg[rr_ * (rr_ + 1) / 2 + cc] : 0.0) : ra[Lean ? 0 : k]), sx[k], r);
+    }
+    double rr = row ? r * r : 0.0, bb = row ? bi0 * bi0 : 0.0;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        rr += __shfl_xor_sync(0xffffffffu, rr, o);
+        bb += __shfl_xor_sync(0xffffffffu, bb, o);
+    }
+    const bool ok = good && total >= N && rr <= 1e-20 * bb && rr == rr;
+    if (!ok && lane == 0) atomicAdd(flags, 1);
+    if (row) sb[i] = ok ? xi : (i == 0 ? bi0 : 0.0);
+}
+
 #ifndef MINB
 #define MINB 5
 #endif
@@ -245,9 +354,9 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
     double* const sy = sp + M;                      // M discounted cash flows
     double* const sg = sy + M;                      // packed [Psi y]^T [Psi y]
     double* const sb = sg + NPK;                    // beta
-    double* const scol = sb + 32;                   // 2 x 32 pivot columns, 32 of x
+    double* const scol = sb + 32;                   // the solver's SCOL doubles
 #if WPB == 2
-    unsigned* const stot = (unsigned*)(scol + 96);  // warp 1's count of entering paths
+    unsigned* const stot = (unsigned*)(scol + SCOL);  // warp 1's count of entering paths
 #endif
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const long long l = blockIdx.x;
@@ -391,7 +500,11 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
             if (i < N) sb[i] = ok ? xi : (i == 0 ? sg[N * (N + 1) / 2] : 0.0);
         }
 #elif MODE == 0
+#if SOLVE == 3
+        if (w == 0) solve3<false>(sg, sg, sb, scol, total, flags, lane);
+#else
         if (w == 0) solve2<false>(sg, sg, sb, scol, total, flags, lane);
+#endif
 #else
         if (w == 0 && lane < N) sb[lane] = lane == 0 ? 0.05 : 0.001;
 #endif
@@ -449,7 +562,7 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
 // exercise's (the same chunks again, found in L2 if the GPU has read less than its L2 in
 // between), then the next date's build... The ring keeps loading through the solve.
 // Shared memory: ring[WPB][RING] stages of 32 D words and 32 payoffs | y[M] | the packed
-// Gram | beta | 96 doubles for the solver | warp 1's count.
+// Gram | beta | SCOL doubles for the solver | (LEAN) L | warp 1's count.
 #define CH_WORDS (32 * D)
 #define STAGE_BYTES (CH_WORDS * 4 + 32 * 8)
 // LEAN 1: the solver's L apart from A (NPK more doubles), beta read from shared memory in
@@ -457,7 +570,7 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
 #ifndef LEAN
 #define LEAN 0
 #endif
-#define SMEM_RING (WPB * RING * STAGE_BYTES + M * 8 + (1 + LEAN) * NPK * 8 + 32 * 8 + 96 * 8 + 16)
+#define SMEM_RING (WPB * RING * STAGE_BYTES + M * 8 + (1 + LEAN) * NPK * 8 + 32 * 8 + SCOL * 8 + 16)
 #define MAXC ((NCH + WPB - 1) / WPB)
 extern "C" __global__ void __launch_bounds__(32 * WPB, MINB)
 fused_walk_ring(const unsigned* __restrict__ st, int S, long long outer, double* __restrict__ value,
@@ -469,7 +582,7 @@ fused_walk_ring(const unsigned* __restrict__ st, int S, long long outer, double*
     double* const sg = sy + M;
     double* const sb = sg + NPK;
     double* const scol = sb + 32;
-    double* const sL = scol + 96;  // LEAN only
+    double* const sL = scol + SCOL;  // LEAN only
 #if WPB == 2
     unsigned* const stot = (unsigned*)(sL + LEAN * NPK);
 #endif
@@ -566,7 +679,11 @@ fused_walk_ring(const unsigned* __restrict__ st, int S, long long outer, double*
                         if (r <= N && cc <= r && cc < N) sg[r * (r + 1) / 2 + cc] = acc[k][e] * inv;
                     }
             __syncwarp();
+#if SOLVE == 3
+            solve3<LEAN>(sg, sL, sb, scol, total, flags, lane);
+#else
             solve2<LEAN>(sg, sL, sb, scol, total, flags, lane);
+#endif
         }
         __syncthreads();
         if (l == 0 && s == 0 && lane < N) beta_out[lane] = sb[lane];
