@@ -342,6 +342,79 @@ __device__ __forceinline__ void solve3(double* sg, double* sL, double* sb, doubl
     if (row) sb[i] = ok ? xi : (i == 0 ? bi0 : 0.0);
 }
 
+// One pass over this lane's entries of the 6 blocks of 16 x 8 (the packed lower triangle
+// of the 31 x 31 augmented matrix in sg, b in row N): op 0 stores acc, 1 adds sg to acc,
+// 2 stores acc * inv.
+__device__ __forceinline__ void gram_pass(double (&acc)[6][4], double* sg, int lane, int op, double inv) {
+    const int g = lane >> 2, q = lane & 3;
+    int k = 0;
+#pragma unroll
+    for (int R = 0; R < 2; ++R)
+#pragma unroll
+        for (int J = 0; J < 4 && J <= 2 * R + 1; ++J, ++k)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int r = 16 * R + g + 8 * (e >> 1), cc = 8 * J + 2 * q + (e & 1);
+                if (r <= N && cc <= r && cc < N) {
+                    double* t = sg + r * (r + 1) / 2 + cc;
+                    if (op == 0)
+                        *t = acc[k][e];
+                    else if (op == 1)
+                        acc[k][e] += *t;
+                    else
+                        *t = acc[k][e] * inv;
+                }
+            }
+}
+
+// The block's Gram into sg: with WPB 2, warp 1's partial sums (acc, total) join warp 0's
+// through sg and *stot (every warp calls this); warp 0 then stores the sum scaled by
+// 1 / total and keeps the combined count in total.
+__device__ __forceinline__ void gram_to_shared(double (&acc)[6][4], unsigned& total, double* sg,
+                                               unsigned* stot, int w, int lane) {
+#if WPB == 2
+    if (w == 1) {
+        gram_pass(acc, sg, lane, 0, 0.0);
+        if (lane == 0) *stot = total;
+    }
+    __syncthreads();
+    if (w == 0) {
+        total += *stot;
+        gram_pass(acc, sg, lane, 1, 0.0);
+    }
+    __syncwarp();
+#endif
+    if (w == 0) gram_pass(acc, sg, lane, 2, total > 0 ? 1.0 / (double)total : 0.0);
+    __syncwarp();
+}
+
+// The exercise decision of one inner path (row: its D high words; pv: its payoff): where
+// the payoff is positive and at least the continuation psi . beta (separate products and
+// sums from 0, as engine.cu forms it), the cash flow becomes the payoff, paid at s.
+__device__ __forceinline__ void exercise_path(const unsigned* row, double pv, const double* bt,
+                                              double& cash, int& cdate, int s) {
+    if (pv > 0.0) {
+        double cont = 0.0 + 1.0 * bt[0];
+#pragma unroll
+        for (int k = 0; k < D; ++k) cont = cont + (state_high(row, k) * 1.0) * bt[k + 1];
+        if (pv >= cont) {
+            cash = pv;
+            cdate = s;
+        }
+    }
+}
+
+// The solver that SOLVE selects (2 or 3) for the kernels' MODE 0.
+template <bool Lean>
+__device__ __forceinline__ void solve_sel(double* sg, double* sL, double* sb, double* scol, unsigned total,
+                                          int* flags, int lane) {
+#if SOLVE == 3
+    solve3<Lean>(sg, sL, sb, scol, total, flags, lane);
+#else
+    solve2<Lean>(sg, sL, sb, scol, total, flags, lane);
+#endif
+}
+
 #ifndef MINB
 #define MINB 5
 #endif
@@ -355,14 +428,11 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
     double* const sg = sy + M;                      // packed [Psi y]^T [Psi y]
     double* const sb = sg + NPK;                    // beta
     double* const scol = sb + 32;                   // the solver's SCOL doubles
-#if WPB == 2
-    unsigned* const stot = (unsigned*)(scol + SCOL);  // warp 1's count of entering paths
-#endif
+    unsigned* const stot = (unsigned*)(scol + SCOL);  // warp 1's count of entering paths (WPB 2)
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const long long l = blockIdx.x;
     if (l >= outer) return;
     const unsigned* const base = st + l * S * (long long)BLOCK_WORDS;
-    const int g = lane >> 2, q = lane & 3;
 
     double cash[NCH];
     int cdate[NCH];
@@ -389,50 +459,7 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
             const int p0 = 32 * c;
             build_chunk(acc, total, sh + p0 * D, sp + p0, sy + p0, min(32, M - p0), lane);
         }
-#if WPB == 2
-        if (w == 1) {
-            int k = 0;
-#pragma unroll
-            for (int R = 0; R < 2; ++R)
-#pragma unroll
-                for (int J = 0; J < 4 && J <= 2 * R + 1; ++J, ++k)
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        const int r = 16 * R + g + 8 * (i >> 1), cc = 8 * J + 2 * q + (i & 1);
-                        if (r <= N && cc <= r && cc < N) sg[r * (r + 1) / 2 + cc] = acc[k][i];
-                    }
-            if (lane == 0) *stot = total;
-        }
-        __syncthreads();
-        if (w == 0) {
-            total += *stot;
-            int k = 0;
-#pragma unroll
-            for (int R = 0; R < 2; ++R)
-#pragma unroll
-                for (int J = 0; J < 4 && J <= 2 * R + 1; ++J, ++k)
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        const int r = 16 * R + g + 8 * (i >> 1), cc = 8 * J + 2 * q + (i & 1);
-                        if (r <= N && cc <= r && cc < N) acc[k][i] += sg[r * (r + 1) / 2 + cc];
-                    }
-        }
-        __syncwarp();
-#endif
-        const double inv = total > 0 ? 1.0 / (double)total : 0.0;
-        if (w == 0) {
-            int k = 0;
-#pragma unroll
-            for (int R = 0; R < 2; ++R)
-#pragma unroll
-                for (int J = 0; J < 4 && J <= 2 * R + 1; ++J, ++k)
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        const int r = 16 * R + g + 8 * (i >> 1), cc = 8 * J + 2 * q + (i & 1);
-                        if (r <= N && cc <= r && cc < N) sg[r * (r + 1) / 2 + cc] = acc[k][i] * inv;
-                    }
-        }
-        __syncwarp();
+        gram_to_shared(acc, total, sg, stot, w, lane);
 #else
         wait_pending(0);
         __syncthreads();
@@ -500,11 +527,7 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
             if (i < N) sb[i] = ok ? xi : (i == 0 ? sg[N * (N + 1) / 2] : 0.0);
         }
 #elif MODE == 0
-#if SOLVE == 3
-        if (w == 0) solve3<false>(sg, sg, sb, scol, total, flags, lane);
-#else
-        if (w == 0) solve2<false>(sg, sg, sb, scol, total, flags, lane);
-#endif
+        if (w == 0) solve_sel<false>(sg, sg, sb, scol, total, flags, lane);
 #else
         if (w == 0 && lane < N) sb[lane] = lane == 0 ? 0.05 : 0.001;
 #endif
@@ -524,17 +547,7 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
             const int p = 32 * c + lane;
 #if MODE <= 2
             if (p < M) {
-                const double pv = sp[p];
-                if (pv > 0.0) {
-                    const unsigned* row = sh + p * D;
-                    double cont = 0.0 + 1.0 * bt[0];
-#pragma unroll
-                    for (int k = 0; k < D; ++k) cont = cont + (state_high(row, k) * 1.0) * bt[k + 1];
-                    if (pv >= cont) {
-                        cash[c] = pv;
-                        cdate[c] = s;
-                    }
-                }
+                exercise_path(sh + p * D, sp[p], bt, cash[c], cdate[c], s);
                 if (s > 0) sy[p] = cash[c] * C_DF[cdate[c] - (s - 1)];
             }
 #else
@@ -583,13 +596,10 @@ fused_walk_ring(const unsigned* __restrict__ st, int S, long long outer, double*
     double* const sb = sg + NPK;
     double* const scol = sb + 32;
     double* const sL = scol + SCOL;  // LEAN only
-#if WPB == 2
-    unsigned* const stot = (unsigned*)(sL + LEAN * NPK);
-#endif
+    unsigned* const stot = (unsigned*)(sL + LEAN * NPK);  // WPB 2
     const long long l = blockIdx.x;
     if (l >= outer) return;
     const unsigned* const base = st + l * S * (long long)BLOCK_WORDS;
-    const int g = lane >> 2, q = lane & 3;
     const int mine = (NCH - w + WPB - 1) / WPB;
     const int per_step = 2 * mine, total_t = S * per_step;
 
@@ -636,55 +646,8 @@ fused_walk_ring(const unsigned* __restrict__ st, int S, long long outer, double*
             const unsigned* hb = next();
             build_chunk(acc, total, hb, (const double*)(hb + CH_WORDS), sy + p0, min(32, M - p0), lane);
         }
-#if WPB == 2
-        if (w == 1) {
-            int k = 0;
-#pragma unroll
-            for (int R = 0; R < 2; ++R)
-#pragma unroll
-                for (int J = 0; J < 4 && J <= 2 * R + 1; ++J, ++k)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int r = 16 * R + g + 8 * (e >> 1), cc = 8 * J + 2 * q + (e & 1);
-                        if (r <= N && cc <= r && cc < N) sg[r * (r + 1) / 2 + cc] = acc[k][e];
-                    }
-            if (lane == 0) *stot = total;
-        }
-        __syncthreads();
-        if (w == 0) {
-            total += *stot;
-            int k = 0;
-#pragma unroll
-            for (int R = 0; R < 2; ++R)
-#pragma unroll
-                for (int J = 0; J < 4 && J <= 2 * R + 1; ++J, ++k)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int r = 16 * R + g + 8 * (e >> 1), cc = 8 * J + 2 * q + (e & 1);
-                        if (r <= N && cc <= r && cc < N) acc[k][e] += sg[r * (r + 1) / 2 + cc];
-                    }
-        }
-        __syncwarp();
-#endif
-        if (w == 0) {
-            const double inv = total > 0 ? 1.0 / (double)total : 0.0;
-            int k = 0;
-#pragma unroll
-            for (int R = 0; R < 2; ++R)
-#pragma unroll
-                for (int J = 0; J < 4 && J <= 2 * R + 1; ++J, ++k)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int r = 16 * R + g + 8 * (e >> 1), cc = 8 * J + 2 * q + (e & 1);
-                        if (r <= N && cc <= r && cc < N) sg[r * (r + 1) / 2 + cc] = acc[k][e] * inv;
-                    }
-            __syncwarp();
-#if SOLVE == 3
-            solve3<LEAN>(sg, sL, sb, scol, total, flags, lane);
-#else
-            solve2<LEAN>(sg, sL, sb, scol, total, flags, lane);
-#endif
-        }
+        gram_to_shared(acc, total, sg, stot, w, lane);
+        if (w == 0) solve_sel<LEAN>(sg, sL, sb, scol, total, flags, lane);
         __syncthreads();
         if (l == 0 && s == 0 && lane < N) beta_out[lane] = sb[lane];
 #if LEAN
@@ -700,17 +663,7 @@ fused_walk_ring(const unsigned* __restrict__ st, int S, long long outer, double*
             const int p = 32 * (w + WPB * i) + lane;
             const unsigned* hb = next();
             if (p < M) {
-                const double pv = ((const double*)(hb + CH_WORDS))[lane];
-                if (pv > 0.0) {
-                    const unsigned* row = hb + lane * D;
-                    double cont = 0.0 + 1.0 * bt[0];
-#pragma unroll
-                    for (int k = 0; k < D; ++k) cont = cont + (state_high(row, k) * 1.0) * bt[k + 1];
-                    if (pv >= cont) {
-                        cash[i] = pv;
-                        cdate[i] = s;
-                    }
-                }
+                exercise_path(hb + lane * D, ((const double*)(hb + CH_WORDS))[lane], bt, cash[i], cdate[i], s);
                 if (s > 0) sy[p] = cash[i] * C_DF[cdate[i] - (s - 1)];
             }
         }
