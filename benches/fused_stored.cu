@@ -163,6 +163,51 @@ __device__ __forceinline__ void build_chunk(double (&acc)[6][4], unsigned& total
     }
 }
 
+// The solvers' start: lane i < N loads row i of A (full, from the packed lower triangle
+// sg) into a[0..N-1] (and ra without Lean), b_i into a[N], and returns b_i.
+template <bool Lean>
+__device__ __forceinline__ double solve_rows(const double* sg, double (&a)[N + 1], double (&ra)[Lean ? 1 : N],
+                                             int lane) {
+    const int i = lane;
+    const bool row = i < N;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+        const int r = max(i, k), cc = min(i, k);
+        a[k] = row ? sg[r * (r + 1) / 2 + cc] : 0.0;
+        if (!Lean) ra[k] = a[k];
+    }
+    const double bi0 = row ? sg[N * (N + 1) / 2 + i] : 0.0;
+    a[N] = bi0;
+    return bi0;
+}
+
+// The solvers' end: the relative residual |b - A x|^2 <= 1e-20 |b|^2 (A from ra, or from
+// sg with Lean; x in sx), with every pivot positive (good) and total >= N, accepts x_i
+// (lane i's xi) as beta; otherwise beta is the fallback mean (b_0, 0, ...) and the system
+// is counted in *flags.
+template <bool Lean>
+__device__ __forceinline__ void solve_accept(const double* sg, const double (&ra)[Lean ? 1 : N], const double* sx,
+                                             double bi0, double xi, bool good, unsigned total, int* flags,
+                                             double* sb, int lane) {
+    const int i = lane;
+    const bool row = i < N;
+    double r = bi0;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+        const int rr_ = max(i, k), cc = min(i, k);
+        r = fma(-(Lean ? (row ? sg[rr_ * (rr_ + 1) / 2 + cc] : 0.0) : ra[Lean ? 0 : k]), sx[k], r);
+    }
+    double rr = row ? r * r : 0.0, bb = row ? bi0 * bi0 : 0.0;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        rr += __shfl_xor_sync(0xffffffffu, rr, o);
+        bb += __shfl_xor_sync(0xffffffffu, bb, o);
+    }
+    const bool ok = good && total >= N && rr <= 1e-20 * bb && rr == rr;
+    if (!ok && lane == 0) atomicAdd(flags, 1);
+    if (row) sb[i] = ok ? xi : (i == 0 ? bi0 : 0.0);
+}
+
 // SOLVE 2: the one-warp L D L^T of the packed augmented Gram sg (A and b in row N), beta
 // into sb (the fallback mean b_0 where the system is not accepted). scol: 96 doubles (two
 // pivot columns, x).
@@ -174,15 +219,8 @@ __device__ __forceinline__ void solve2(double* sg, double* sL, double* sb, doubl
     const int i = lane;
     const bool row = i < N;
     double a[N + 1], ra[Lean ? 1 : N];
-#pragma unroll
-    for (int k = 0; k < N; ++k) {
-        const int r = max(i, k), cc = min(i, k);
-        a[k] = row ? sg[r * (r + 1) / 2 + cc] : 0.0;
-        if (!Lean) ra[k] = a[k];
-    }
+    const double bi0 = solve_rows<Lean>(sg, a, ra, lane);
     if (!Lean) sL = sg;
-    const double bi0 = row ? sg[N * (N + 1) / 2 + i] : 0.0;
-    a[N] = bi0;
     __syncwarp();  // sg becomes L
     if (row) scol[i] = a[0];
     if (i == 0) scol[N] = a[N];
@@ -219,21 +257,7 @@ __device__ __forceinline__ void solve2(double* sg, double* sL, double* sb, doubl
         if (i < j) xi = fma(-sL[j * (j + 1) / 2 + i], sx[j], xi);
     }
     __syncwarp();
-    double r = bi0;
-#pragma unroll
-    for (int k = 0; k < N; ++k) {
-        const int rr_ = max(i, k), cc = min(i, k);
-        r = fma(-(Lean ? (row ? sg[rr_ * (rr_ + 1) / 2 + cc] : 0.0) : ra[Lean ? 0 : k]), sx[k], r);
-    }
-    double rr = row ? r * r : 0.0, bb = row ? bi0 * bi0 : 0.0;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        rr += __shfl_xor_sync(0xffffffffu, rr, o);
-        bb += __shfl_xor_sync(0xffffffffu, bb, o);
-    }
-    const bool ok = good && total >= N && rr <= 1e-20 * bb && rr == rr;
-    if (!ok && lane == 0) atomicAdd(flags, 1);
-    if (row) sb[i] = ok ? xi : (i == 0 ? bi0 : 0.0);
+    solve_accept<Lean>(sg, ra, sx, bi0, xi, good, total, flags, sb, lane);
 }
 
 // SOLVE 3: as SOLVE 2 with 2 x 2 pivot blocks (A = L D L^T, D block diagonal): 15 steps
@@ -246,15 +270,8 @@ __device__ __forceinline__ void solve3(double* sg, double* sL, double* sb, doubl
     const int i = lane;
     const bool row = i < N;
     double a[N + 1], ra[Lean ? 1 : N];
-#pragma unroll
-    for (int k = 0; k < N; ++k) {
-        const int r = max(i, k), cc = min(i, k);
-        a[k] = row ? sg[r * (r + 1) / 2 + cc] : 0.0;
-        if (!Lean) ra[k] = a[k];
-    }
+    const double bi0 = solve_rows<Lean>(sg, a, ra, lane);
     if (!Lean) sL = sg;
-    const double bi0 = row ? sg[N * (N + 1) / 2 + i] : 0.0;
-    a[N] = bi0;
     double* const sx = scol + 128;
     double* const sD = scol + 160;
     __syncwarp();
@@ -325,21 +342,7 @@ __device__ __forceinline__ void solve3(double* sg, double* sL, double* sb, doubl
             xi = fma(-sL[(J + 1) * (J + 2) / 2 + i], sx[J + 1], fma(-sL[J * (J + 1) / 2 + i], sx[J], xi));
     }
     __syncwarp();
-    double r = bi0;
-#pragma unroll
-    for (int k = 0; k < N; ++k) {
-        const int rr_ = max(i, k), cc = min(i, k);
-        r = fma(-(Lean ? (row ? sg[rr_ * (rr_ + 1) / 2 + cc] : 0.0) : ra[Lean ? 0 : k]), sx[k], r);
-    }
-    double rr = row ? r * r : 0.0, bb = row ? bi0 * bi0 : 0.0;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        rr += __shfl_xor_sync(0xffffffffu, rr, o);
-        bb += __shfl_xor_sync(0xffffffffu, bb, o);
-    }
-    const bool ok = good && total >= N && rr <= 1e-20 * bb && rr == rr;
-    if (!ok && lane == 0) atomicAdd(flags, 1);
-    if (row) sb[i] = ok ? xi : (i == 0 ? bi0 : 0.0);
+    solve_accept<Lean>(sg, ra, sx, bi0, xi, good, total, flags, sb, lane);
 }
 
 // One pass over this lane's entries of the 6 blocks of 16 x 8 (the packed lower triangle
