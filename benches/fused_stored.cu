@@ -24,10 +24,14 @@
 // then the time and the regressions per second. Figures: benches/RESULTS.md, "Forty-fourth
 // session" (best: 0.0965-0.0974 s per 3.6 M regressions on an H200, 37.1 M/s, WPB 2,
 // MINB 4, SOLVE 3; without the solve 0.071 s).
+// -DAHEAD (with MINB=2, NBW, NEW; the kernel fused_ahead below) builds the next date's
+// Gram while the current date is solved, from a second state buffer ("Forty-fifth
+// session": 0.148 s at best, slower, since only two outer paths fit an SM).
 #include "prelude.cu"
 #include "rcp.cu"
 
 #ifndef __CUDACC_RTC__
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -121,6 +125,7 @@ __device__ __forceinline__ void issue_chunk(unsigned* sh, double* sp, const unsi
 // The build's work on one chunk of up to 32 inner paths: rows hb[p * D ..] (high words),
 // payoffs pb[p], cash flows yb[p], p < np. The pipeline build's fragments and DMMA order
 // (regression.cu, TC_K 8); acc: the 6 blocks of 16 x 8 of the lower [Psi y]^T [Psi y].
+template <bool WithY = true>
 __device__ __forceinline__ void build_chunk(double (&acc)[6][4], unsigned& total, const unsigned* hb,
                                             const double* pb, const double* yb, int np, int lane) {
     const int g = lane >> 2, q = lane & 3;
@@ -137,7 +142,7 @@ __device__ __forceinline__ void build_chunk(double (&acc)[6][4], unsigned& total
             const bool enters = (mask >> pl) & 1u;
             const int p = enters ? pl : 0;
             const unsigned* sph = hb + p * D;
-            const double yv = yb[p];
+            const double yv = WithY ? yb[p] : 0.0;
 #pragma unroll
             for (int I = 0; I < 4; ++I) {
                 const int col = 8 * I + g;
@@ -684,9 +689,220 @@ fused_walk_ring(const unsigned* __restrict__ st, int S, long long outer, double*
 }
 #define KERNEL fused_walk_ring
 #define KERNEL_SMEM SMEM_RING
+#elif defined(AHEAD)
+// AHEAD: the Gram ahead of the solve. A_t = Psi_t^T Psi_t (over the paths in the money)
+// does not depend on the cash flows; only b_t = Psi_t^T y does. So NBW builder warps build
+// the next date's Gram on the tensor cores, from the next of two state buffers, while the
+// solver warp solves the current date; the per-date chain is b (FP64 dot products by the
+// NEW non-builder warps) -> solve (warp 0) -> exercise (non-builders). Persistent blocks
+// (MINB per SM) walk their walks (outer paths l = blockIdx.x + k gridDim.x, S dates each)
+// back to back as one sequence of items q: the builders work one item ahead.
+// Named barriers (ids 1-5): EXD (item q's exercise done, its buffer free: non-builders
+// arrive, builders wait), SGF (the solve of q is done with sg: solver arrives, builders
+// wait), GR (the Gram of q and its states are in shared memory: builders arrive, the
+// solver waits), NB (non-builders), BB (builders).
+// Shared memory: X[2] (M D high words, M payoffs) | y[M] | packed Gram | beta | solver
+// scratch | b partials [NEW][32] | counts.
+#ifndef NBW
+#define NBW 2
+#endif
+#ifndef NEW
+#define NEW 3
+#endif
+#define XBYTES (M * D * 4 + M * 8)
+#define SMEM_AHEAD (2 * XBYTES + M * 8 + NPK * 8 + 32 * 8 + SCOL * 8 + NEW * 32 * 8 + 16)
+#define MAXE ((NCH + NEW - 1) / NEW)
+#define T_ALL (32 * (NEW + NBW))
+__device__ __forceinline__ void bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void bar_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory"); }
+enum { B_EXD = 1, B_SGF = 2, B_GR = 3, B_NB = 4, B_BB = 5 };
+
+extern "C" __global__ void __launch_bounds__(T_ALL, MINB)
+fused_ahead(const unsigned* __restrict__ st, int S, long long outer, double* __restrict__ value,
+            double* __restrict__ beta_out, int* __restrict__ flags) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    double* const sy = (double*)(smem + 2 * XBYTES);
+    double* const sg = sy + M;
+    double* const sb = sg + NPK;
+    double* const scol = sb + 32;
+    double* const sbp = scol + SCOL;
+    unsigned* const scnt = (unsigned*)(sbp + NEW * 32);  // [0] the count of the Gram in sg, [1] BB exchange
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const long long walks = outer > blockIdx.x ? (outer - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+    const long long Q = walks * S;
+    if (Q == 0) return;
+    auto xh = [&](long long q) { return (unsigned*)(smem + (q & 1) * XBYTES); };
+    auto xp = [&](long long q) { return (double*)(smem + (q & 1) * XBYTES + M * D * 4); };
+    auto src = [&](long long q) {
+        const long long l = blockIdx.x + (q / S) * gridDim.x;
+        const int s = S - 1 - (int)(q % S);
+        return st + (l * S + s) * (long long)BLOCK_WORDS;
+    };
+
+    if (w >= NEW) {
+        // Builders: warp wb owns the chunks c = wb mod NBW of every item.
+        const int wb = w - NEW;
+        const int mine = (NCH - wb + NBW - 1) / NBW;
+        double acc[6][4];
+        unsigned total = 0;
+        auto issue = [&](long long q) {
+            for (int c = wb; c < NCH; c += NBW) issue_chunk(xh(q), xp(q), src(q), c, lane);
+        };
+        auto build = [&](long long q) {
+#pragma unroll
+            for (int k = 0; k < 6; ++k) acc[k][0] = acc[k][1] = acc[k][2] = acc[k][3] = 0.0;
+            total = 0;
+#ifdef AHEAD_NOGRAM
+            async_copy_wait<0>();
+            __syncwarp();
+            if (q < 0)
+#endif
+#pragma unroll 1
+            for (int c = wb; c < NCH; c += NBW) {
+                wait_pending(mine - 1 - (c - wb) / NBW);
+                __syncwarp();
+                const int p0 = 32 * c;
+                build_chunk<false>(acc, total, xh(q) + p0 * D, xp(q) + p0, nullptr, min(32, M - p0), lane);
+            }
+        };
+        // Store the built Gram (scaled) into sg and its count into scnt[0].
+        auto store = [&]() {
+#if NBW == 2
+            if (wb == 1) {
+                gram_pass(acc, sg, lane, 0, 0.0);
+                if (lane == 0) scnt[1] = total;
+            }
+            bar_sync(B_BB, 64);
+            if (wb == 0) {
+                total += scnt[1];
+                gram_pass(acc, sg, lane, 1, 0.0);
+            }
+#endif
+            if (wb == 0) {
+                gram_pass(acc, sg, lane, 2, total > 0 ? 1.0 / (double)total : 0.0);
+                if (lane == 0) scnt[0] = total;
+            }
+            __syncwarp();
+        };
+        issue(0);
+        build(0);
+        store();
+        bar_arrive(B_GR, 32 * (NBW + 1));
+        if (Q > 1) {
+            issue(1);
+            build(1);
+        }
+        for (long long q = 0; q < Q; ++q) {
+            bar_sync(B_SGF, 32 * (NBW + 1));
+            if (q + 1 < Q) store();
+            bar_sync(B_EXD, T_ALL);
+            if (q + 1 < Q) bar_arrive(B_GR, 32 * (NBW + 1));
+            if (q + 2 < Q) {
+                issue(q + 2);
+                build(q + 2);
+            }
+        }
+        return;
+    }
+
+    // Non-builders: warp e < NEW owns the chunks c = e mod NEW for b and the exercise; warp 0
+    // also solves.
+    double cash[MAXE];
+    int cdate[MAXE];
+    for (long long q = 0; q < Q; ++q) {
+        const long long l = blockIdx.x + (q / S) * gridDim.x;
+        const int s = S - 1 - (int)(q % S);
+        if (s == S - 1) {
+#pragma unroll
+            for (int i = 0; i < MAXE; ++i) {
+                const int p = 32 * (w + NEW * i) + lane;
+                const bool own = w + NEW * i < NCH && p < M;
+                cash[i] = own ? initial_cash(l, p) : 0.0;
+                cdate[i] = S;
+                if (own) sy[p] = cash[i] * C_DF[1];
+            }
+        }
+        if (w == 0) bar_sync(B_GR, 32 * (NBW + 1));
+        bar_sync(B_NB, 32 * NEW);
+        const unsigned* const sh = xh(q);
+        const double* const sp = xp(q);
+        // b partials: lane k < N sums psi_k(p) y_p over this warp's paths in the money.
+        {
+            // Branch-free: y_p counts only where the payoff is positive; four partial sums.
+            double bs[4] = {0.0, 0.0, 0.0, 0.0};
+            const int col = max(lane - 1, 0);
+            for (int c = w; c < NCH; c += NEW) {
+                const int p0 = 32 * c;
+                if (p0 + 32 <= M) {
+#pragma unroll 8
+                    for (int j = 0; j < 32; ++j) {
+                        const int p = p0 + j;
+                        const double yv = sp[p] > 0.0 ? sy[p] : 0.0;
+                        const double x = lane == 0 ? 1.0 : state_high(sh + p * D, col) * 1.0;
+                        bs[j & 3] = fma(x, yv, bs[j & 3]);
+                    }
+                } else {
+                    for (int p = p0; p < M; ++p) {
+                        const double yv = sp[p] > 0.0 ? sy[p] : 0.0;
+                        const double x = lane == 0 ? 1.0 : state_high(sh + p * D, col) * 1.0;
+                        bs[p & 3] = fma(x, yv, bs[p & 3]);
+                    }
+                }
+            }
+            const double b0 = bs[0] + bs[2], b1 = bs[1] + bs[3];
+            sbp[w * 32 + lane] = b0 + b1;
+        }
+        bar_sync(B_NB, 32 * NEW);
+        if (w == 0) {
+            const unsigned total = scnt[0];
+            const double inv = total > 0 ? 1.0 / (double)total : 0.0;
+            double bk = 0.0;
+#pragma unroll
+            for (int e = 0; e < NEW; ++e) bk += sbp[e * 32 + lane];
+            if (lane < N) sg[N * (N + 1) / 2 + lane] = bk * inv;
+            __syncwarp();
+#ifdef AHEAD_NOSOLVE
+            if (lane < N) sb[lane] = lane == 0 ? 0.05 : 0.001;
+#else
+            solve_sel<false>(sg, sg, sb, scol, total, flags, lane);
+#endif
+            __syncwarp();
+            bar_arrive(B_SGF, 32 * (NBW + 1));
+        }
+        bar_sync(B_NB, 32 * NEW);
+        if (l == 0 && s == 0 && w == 0 && lane < N) beta_out[lane] = sb[lane];
+        double bt[N];
+#pragma unroll
+        for (int k = 0; k < N; ++k) bt[k] = sb[k];
+#pragma unroll
+        for (int i = 0; i < MAXE; ++i) {
+            const int c = w + NEW * i, p = 32 * c + lane;
+            if (c < NCH && p < M) {
+                exercise_path(sh + p * D, sp[p], bt, cash[i], cdate[i], s);
+                if (s > 0) sy[p] = cash[i] * C_DF[cdate[i] - (s - 1)];
+            }
+        }
+        if (s == 0) {
+            double v = 0.0;
+#pragma unroll
+            for (int i = 0; i < MAXE; ++i)
+                if (w + NEW * i < NCH) v += cash[i] * C_DF[cdate[i]];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane == 0) atomicAdd(value + l, v / M);
+        }
+        bar_arrive(B_EXD, T_ALL);
+    }
+}
+#define KERNEL fused_ahead
+#define KERNEL_SMEM SMEM_AHEAD
+#define KERNEL_THREADS T_ALL
 #else
 #define KERNEL fused_walk
 #define KERNEL_SMEM SMEM_BYTES
+#endif
+#ifndef KERNEL_THREADS
+#define KERNEL_THREADS (32 * WPB)
 #endif
 
 #ifndef __CUDACC_RTC__
@@ -763,7 +979,15 @@ int main(int argc, char** argv) {
         CK(cudaGetLastError());
     }
     int nb = 0;
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, KERNEL, 32 * WPB, KERNEL_SMEM));
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, KERNEL, KERNEL_THREADS, KERNEL_SMEM));
+    int sms = 0;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+#ifdef AHEAD
+    const unsigned grid = (unsigned)std::min<long long>(outer, (long long)nb * sms);
+    printf("AHEAD NBW %d NEW %d, grid %u: ", NBW, NEW, grid);
+#else
+    const unsigned grid = (unsigned)outer;
+#endif
 #ifdef RING
     printf("RING %d: ", RING);
 #endif
@@ -772,7 +996,7 @@ int main(int argc, char** argv) {
     if (MODE == 0) {
         // S = 1 on the first outer path's last date block (its states as the S = 1 layout).
         std::vector<unsigned> blk(BLOCK_WORDS);
-        KERNEL<<<1, 32 * WPB, KERNEL_SMEM>>>(st + (size_t)(S - 1) * BLOCK_WORDS, 1, 1, value, beta, flags);
+        KERNEL<<<1, KERNEL_THREADS, KERNEL_SMEM>>>(st + (size_t)(S - 1) * BLOCK_WORDS, 1, 1, value, beta, flags);
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(blk.data(), st + (size_t)(S - 1) * BLOCK_WORDS, BLOCK_WORDS * 4,
                       cudaMemcpyDeviceToHost));
@@ -791,7 +1015,7 @@ int main(int argc, char** argv) {
         CK(cudaMemset(value, 0, outer * 8));
         CK(cudaEventRecord(e0));
         for (long long k = 0; k < launches; ++k)
-            KERNEL<<<(unsigned)outer, 32 * WPB, KERNEL_SMEM>>>(st, S, outer, value, beta, flags);
+            KERNEL<<<grid, KERNEL_THREADS, KERNEL_SMEM>>>(st, S, outer, value, beta, flags);
         CK(cudaEventRecord(e1));
         CK(cudaEventSynchronize(e1));
         CK(cudaGetLastError());
