@@ -14,7 +14,7 @@
 // the build waits chunk by chunk.
 //
 // MODE 0: all; 1: no solve (beta fixed); 2: no build and no solve; 3: copies only.
-// WPB (warps per outer path, 1 or 2), MINB (blocks per SM for the register budget) and
+// WPB (warps per outer path, 1, 2 or 4; the ring kernel 1 or 2), MINB (blocks per SM for the register budget) and
 // SOLVE (1 or 2, below) select the variants measured. Not the engine's bits: the
 // acceptance test is a plain relative residual, and there is no escalation.
 // Build and run on the GPU machine (repository root):
@@ -24,6 +24,7 @@
 // then the time and the regressions per second. Figures: benches/RESULTS.md, "Forty-fourth
 // session" (best: 0.0965-0.0974 s per 3.6 M regressions on an H200, 37.1 M/s, WPB 2,
 // MINB 4, SOLVE 3; without the solve 0.071 s).
+// WPB 4 (forty-fifth session, call 3) was slower: 0.116-0.117 s.
 // -DAHEAD (with MINB=2, NBW, NEW; the kernel fused_ahead below) builds the next date's
 // Gram while the current date is solved, from a second state buffer ("Forty-fifth
 // session": 0.148 s at best, slower, since only two outer paths fit an SM).
@@ -47,7 +48,7 @@
 #define NCH 10                // chunks of 32 inner paths
 #define BLOCK_WORDS (2 * M * D)  // one (outer path, date) block: m x d doubles
 #define NPK (31 * 32 / 2)     // packed lower triangle of the 31 x 31 augmented matrix
-#define SMEM_BYTES (M * D * 4 + M * 8 + M * 8 + NPK * 8 + 32 * 8 + SCOL * 8 + 16)
+#define SMEM_BYTES (M * D * 4 + M * 8 + M * 8 + NPK * 8 + 32 * 8 + SCOL * 8 + 16 + (WPB == 4 ? 2 * NPK * 8 : 0))
 // SOLVE 1: rows in registers, columns by shuffles, IEEE division; 2: rows in registers,
 // the pivot column and z through shared memory (broadcast loads), correctly rounded
 // reciprocals (rcp.cu), the forward substitution folded into the elimination (b as column
@@ -376,10 +377,11 @@ __device__ __forceinline__ void gram_pass(double (&acc)[6][4], double* sg, int l
 }
 
 // The block's Gram into sg: with WPB 2, warp 1's partial sums (acc, total) join warp 0's
-// through sg and *stot (every warp calls this); warp 0 then stores the sum scaled by
-// 1 / total and keeps the combined count in total.
+// through sg and stot[0]; with WPB 4 (the kept-state kernel only), warps 1-3 store theirs in
+// sg, sgx and sgx + NPK (counts in stot[0..2]) and warp 0 adds the three. Every warp calls
+// this; warp 0 then stores the sum scaled by 1 / total and keeps the combined count in total.
 __device__ __forceinline__ void gram_to_shared(double (&acc)[6][4], unsigned& total, double* sg,
-                                               unsigned* stot, int w, int lane) {
+                                               double* sgx, unsigned* stot, int w, int lane) {
 #if WPB == 2
     if (w == 1) {
         gram_pass(acc, sg, lane, 0, 0.0);
@@ -389,6 +391,20 @@ __device__ __forceinline__ void gram_to_shared(double (&acc)[6][4], unsigned& to
     if (w == 0) {
         total += *stot;
         gram_pass(acc, sg, lane, 1, 0.0);
+    }
+    __syncwarp();
+#elif WPB == 4
+    if (w >= 1) {
+        gram_pass(acc, w == 1 ? sg : sgx + (w - 2) * NPK, lane, 0, 0.0);
+        if (lane == 0) stot[w - 1] = total;
+    }
+    __syncthreads();
+    if (w == 0) {
+#pragma unroll
+        for (int k = 1; k < 4; ++k) {
+            total += stot[k - 1];
+            gram_pass(acc, k == 1 ? sg : sgx + (k - 2) * NPK, lane, 1, 0.0);
+        }
     }
     __syncwarp();
 #endif
@@ -426,6 +442,8 @@ __device__ __forceinline__ void solve_sel(double* sg, double* sL, double* sb, do
 #ifndef MINB
 #define MINB 5
 #endif
+#define CW (WPB == 4 ? (NCH + 3) / 4 : NCH)
+#define CI(c) (WPB == 4 ? (c) / 4 : (c))
 extern "C" __global__ void __launch_bounds__(32 * WPB, MINB)
 fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __restrict__ value,
            double* __restrict__ beta_out, int* __restrict__ flags) {
@@ -436,20 +454,23 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
     double* const sg = sy + M;                      // packed [Psi y]^T [Psi y]
     double* const sb = sg + NPK;                    // beta
     double* const scol = sb + 32;                   // the solver's SCOL doubles
-    unsigned* const stot = (unsigned*)(scol + SCOL);  // warp 1's count of entering paths (WPB 2)
+    unsigned* const stot = (unsigned*)(scol + SCOL);  // warps 1.. counts of entering paths (WPB 2, 4)
+    double* const sgx = (double*)(stot + 4);          // warps 2, 3's partial Grams (WPB 4)
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const long long l = blockIdx.x;
     if (l >= outer) return;
     const unsigned* const base = st + l * S * (long long)BLOCK_WORDS;
 
-    double cash[NCH];
-    int cdate[NCH];
+    // The cash flows of chunk c in cash[CI(c)] (with WPB 4 only this warp's chunks, c = w mod 4).
+    double cash[CW];
+    int cdate[CW];
 #pragma unroll
     for (int c = 0; c < NCH; ++c) {
+        if (WPB == 4 && c % 4 != w) continue;
         const int p = 32 * c + lane;
-        cash[c] = p < M ? initial_cash(l, p) : 0.0;
-        cdate[c] = S;
-        if (p < M) sy[p] = cash[c] * C_DF[1];
+        cash[CI(c)] = p < M ? initial_cash(l, p) : 0.0;
+        cdate[CI(c)] = S;
+        if (p < M) sy[p] = cash[CI(c)] * C_DF[1];
     }
     for (int c = w; c < NCH; c += WPB) issue_chunk(sh, sp, base + (long long)(S - 1) * BLOCK_WORDS, c, lane);
     const int mine = (NCH - w + WPB - 1) / WPB;  // chunks of this warp
@@ -467,7 +488,7 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
             const int p0 = 32 * c;
             build_chunk(acc, total, sh + p0 * D, sp + p0, sy + p0, min(32, M - p0), lane);
         }
-        gram_to_shared(acc, total, sg, stot, w, lane);
+        gram_to_shared(acc, total, sg, sgx, stot, w, lane);
 #else
         wait_pending(0);
         __syncthreads();
@@ -555,29 +576,32 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
             const int p = 32 * c + lane;
 #if MODE <= 2
             if (p < M) {
-                exercise_path(sh + p * D, sp[p], bt, cash[c], cdate[c], s);
-                if (s > 0) sy[p] = cash[c] * C_DF[cdate[c] - (s - 1)];
+                exercise_path(sh + p * D, sp[p], bt, cash[CI(c)], cdate[CI(c)], s);
+                if (s > 0) sy[p] = cash[CI(c)] * C_DF[cdate[CI(c)] - (s - 1)];
             }
 #else
-            if (p < M) cash[c] += sp[p] * 1e-3 + (double)sh[p * D + (s % D)] * 1e-12;
+            if (p < M) cash[CI(c)] += sp[p] * 1e-3 + (double)sh[p * D + (s % D)] * 1e-12;
 #endif
             __syncwarp();
             if (s > 0) issue_chunk(sh, sp, nxt, c, lane);
         }
-#if WPB == 2
-        __syncthreads();  // warp 0's next solve buffer (sg) is free of warp 1's partials
+#if WPB > 1
+        __syncthreads();  // warp 0's next solve buffer (sg) is free of the other warps' partials
 #endif
     }
     double v = 0.0;
 #pragma unroll
     for (int c = 0; c < NCH; ++c)
-        if (c % WPB == w) v += cash[c] * C_DF[cdate[c]];
+        if (c % WPB == w) v += cash[CI(c)] * C_DF[cdate[CI(c)]];
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     if (lane == 0) atomicAdd(value + l, v / M);
 }
 
 #ifdef RING
+#if WPB == 4
+#error "the ring kernel takes WPB 1 or 2"
+#endif
 // RING (stages, >= 2): the same step without keeping the date's states. Each warp streams
 // its chunks through a ring of RING stages, RING - 1 ahead: the build's chunks, then the
 // exercise's (the same chunks again, found in L2 if the GPU has read less than its L2 in
@@ -654,7 +678,7 @@ fused_walk_ring(const unsigned* __restrict__ st, int S, long long outer, double*
             const unsigned* hb = next();
             build_chunk(acc, total, hb, (const double*)(hb + CH_WORDS), sy + p0, min(32, M - p0), lane);
         }
-        gram_to_shared(acc, total, sg, stot, w, lane);
+        gram_to_shared(acc, total, sg, nullptr, stot, w, lane);
         if (w == 0) solve_sel<LEAN>(sg, sL, sb, scol, total, flags, lane);
         __syncthreads();
         if (l == 0 && s == 0 && lane < N) beta_out[lane] = sb[lane];
