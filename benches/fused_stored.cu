@@ -376,40 +376,48 @@ __device__ __forceinline__ void gram_pass(double (&acc)[6][4], double* sg, int l
             }
 }
 
-// The block's Gram into sg: with WPB 2, warp 1's partial sums (acc, total) join warp 0's
-// through sg and stot[0]; with WPB 4 (the kept-state kernel only), warps 1-3 store theirs in
-// sg, sgx and sgx + NPK (counts in stot[0..2]) and warp 0 adds the three. Every warp calls
-// this; warp 0 then stores the sum scaled by 1 / total and keeps the combined count in total.
-__device__ __forceinline__ void gram_to_shared(double (&acc)[6][4], unsigned& total, double* sg,
-                                               double* sgx, unsigned* stot, int w, int lane) {
-#if WPB == 2
-    if (w == 1) {
-        gram_pass(acc, sg, lane, 0, 0.0);
-        if (lane == 0) *stot = total;
-    }
-    __syncthreads();
-    if (w == 0) {
-        total += *stot;
-        gram_pass(acc, sg, lane, 1, 0.0);
-    }
-    __syncwarp();
-#elif WPB == 4
-    if (w >= 1) {
-        gram_pass(acc, w == 1 ? sg : sgx + (w - 2) * NPK, lane, 0, 0.0);
-        if (lane == 0) stot[w - 1] = total;
-    }
-    __syncthreads();
-    if (w == 0) {
-#pragma unroll
-        for (int k = 1; k < 4; ++k) {
-            total += stot[k - 1];
-            gram_pass(acc, k == 1 ? sg : sgx + (k - 2) * NPK, lane, 1, 0.0);
+// The Gram of NW warps into sg: with NW 2, warp 1's partial sums (acc, total) join warp 0's
+// through sg and stot[0]; with NW 4 (the kept-state kernel only), warps 1-3 store theirs in
+// sg, sgx and sgx + NPK (counts in stot[0..2]) and warp 0 adds the three after one
+// barrier() (among the NW warps). Every one of the NW warps (w < NW) calls this; warp 0
+// then stores the sum scaled by 1 / total and keeps the combined count in total.
+template <int NW, typename Barrier>
+__device__ __forceinline__ void gram_join(double (&acc)[6][4], unsigned& total, double* sg, double* sgx,
+                                          unsigned* stot, int w, int lane, Barrier barrier) {
+    if constexpr (NW == 2) {
+        if (w == 1) {
+            gram_pass(acc, sg, lane, 0, 0.0);
+            if (lane == 0) *stot = total;
         }
+        barrier();
+        if (w == 0) {
+            total += *stot;
+            gram_pass(acc, sg, lane, 1, 0.0);
+        }
+        __syncwarp();
+    } else if constexpr (NW == 4) {
+        if (w >= 1) {
+            gram_pass(acc, w == 1 ? sg : sgx + (w - 2) * NPK, lane, 0, 0.0);
+            if (lane == 0) stot[w - 1] = total;
+        }
+        barrier();
+        if (w == 0) {
+#pragma unroll
+            for (int k = 1; k < 4; ++k) {
+                total += stot[k - 1];
+                gram_pass(acc, k == 1 ? sg : sgx + (k - 2) * NPK, lane, 1, 0.0);
+            }
+        }
+        __syncwarp();
     }
-    __syncwarp();
-#endif
     if (w == 0) gram_pass(acc, sg, lane, 2, total > 0 ? 1.0 / (double)total : 0.0);
     __syncwarp();
+}
+
+// The kernels' block of WPB warps: gram_join over the whole block.
+__device__ __forceinline__ void gram_to_shared(double (&acc)[6][4], unsigned& total, double* sg,
+                                               double* sgx, unsigned* stot, int w, int lane) {
+    gram_join<WPB>(acc, total, sg, sgx, stot, w, lane, [] { __syncthreads(); });
 }
 
 // The exercise decision of one inner path (row: its D high words; pv: its payoff): where
@@ -426,6 +434,13 @@ __device__ __forceinline__ void exercise_path(const unsigned* row, double pv, co
             cdate = s;
         }
     }
+}
+
+// A walk's value: the warp's sum of v (its lanes' discounted cash flows) / M, added to *dst.
+__device__ __forceinline__ void add_walk_value(double v, double* dst, int lane) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0) atomicAdd(dst, v / M);
 }
 
 // The solver that SOLVE selects (2 or 3) for the kernels' MODE 0.
@@ -593,9 +608,7 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
 #pragma unroll
     for (int c = 0; c < NCH; ++c)
         if (c % WPB == w) v += cash[CI(c)] * C_DF[cdate[CI(c)]];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (lane == 0) atomicAdd(value + l, v / M);
+    add_walk_value(v, value + l, lane);
 }
 
 #ifdef RING
@@ -707,9 +720,7 @@ fused_walk_ring(const unsigned* __restrict__ st, int S, long long outer, double*
 #pragma unroll
     for (int i = 0; i < MAXC; ++i)
         if (i < mine) v += cash[i] * C_DF[cdate[i]];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (lane == 0) atomicAdd(value + l, v / M);
+    add_walk_value(v, value + l, lane);
 }
 #define KERNEL fused_walk_ring
 #define KERNEL_SMEM SMEM_RING
@@ -750,7 +761,7 @@ fused_ahead(const unsigned* __restrict__ st, int S, long long outer, double* __r
     double* const sb = sg + NPK;
     double* const scol = sb + 32;
     double* const sbp = scol + SCOL;
-    unsigned* const scnt = (unsigned*)(sbp + NEW * 32);  // [0] the count of the Gram in sg, [1] BB exchange
+    unsigned* const scnt = (unsigned*)(sbp + NEW * 32);  // [0] the count of the Gram in sg, [1] gram_join's
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const long long walks = outer > blockIdx.x ? (outer - 1 - blockIdx.x) / gridDim.x + 1 : 0;
     const long long Q = walks * S;
@@ -791,21 +802,8 @@ fused_ahead(const unsigned* __restrict__ st, int S, long long outer, double* __r
         };
         // Store the built Gram (scaled) into sg and its count into scnt[0].
         auto store = [&]() {
-#if NBW == 2
-            if (wb == 1) {
-                gram_pass(acc, sg, lane, 0, 0.0);
-                if (lane == 0) scnt[1] = total;
-            }
-            bar_sync(B_BB, 64);
-            if (wb == 0) {
-                total += scnt[1];
-                gram_pass(acc, sg, lane, 1, 0.0);
-            }
-#endif
-            if (wb == 0) {
-                gram_pass(acc, sg, lane, 2, total > 0 ? 1.0 / (double)total : 0.0);
-                if (lane == 0) scnt[0] = total;
-            }
+            gram_join<NBW>(acc, total, sg, nullptr, scnt + 1, wb, lane, [] { bar_sync(B_BB, 32 * NBW); });
+            if (wb == 0 && lane == 0) scnt[0] = total;
             __syncwarp();
         };
         issue(0);
@@ -911,9 +909,7 @@ fused_ahead(const unsigned* __restrict__ st, int S, long long outer, double* __r
 #pragma unroll
             for (int i = 0; i < MAXE; ++i)
                 if (w + NEW * i < NCH) v += cash[i] * C_DF[cdate[i]];
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-            if (lane == 0) atomicAdd(value + l, v / M);
+            add_walk_value(v, value + l, lane);
         }
         bar_arrive(B_EXD, T_ALL);
     }
