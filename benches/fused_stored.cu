@@ -24,7 +24,7 @@
 // then the time and the regressions per second. Figures: benches/RESULTS.md, "Forty-fourth
 // session" (best: 0.0965-0.0974 s per 3.6 M regressions on an H200, 37.1 M/s, WPB 2,
 // MINB 4, SOLVE 3; without the solve 0.071 s).
-// WPB 4 (forty-fifth session, call 3) was slower: 0.116-0.117 s.
+// WPB 4 (forty-fifth session, call 3) was slower: 0.116-0.117 s; so was STAGGER (call 5).
 // -DAHEAD (with MINB=2, NBW, NEW; the kernel fused_ahead below) builds the next date's
 // Gram while the current date is solved, from a second state buffer ("Forty-fifth
 // session": 0.148 s at best, slower, since only two outer paths fit an SM).
@@ -66,6 +66,17 @@
 #endif
 
 __constant__ double C_DF[16];
+
+// STAGGER (ns): the blocks of a launch's first wave (block i on SM i mod SMs, the
+// scheduler's usual order) start (i / SMs) * STAGGER ns apart, so that the outer paths of
+// an SM do not copy and build in step (every walk has the same S here, unlike the
+// engine's). C_WAVE: {SMs, blocks per SM}.
+__constant__ int C_WAVE[2];
+__device__ __forceinline__ void stagger_start() {
+#ifdef STAGGER
+    if (blockIdx.x < (unsigned)(C_WAVE[0] * C_WAVE[1])) __nanosleep((blockIdx.x / C_WAVE[0]) * STAGGER);
+#endif
+}
 
 // Deterministic value in [0, 1) from two integers (splitmix64).
 __host__ __device__ inline double hash01(unsigned long long a, unsigned long long b) {
@@ -474,6 +485,7 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const long long l = blockIdx.x;
     if (l >= outer) return;
+    stagger_start();
     const unsigned* const base = st + l * S * (long long)BLOCK_WORDS;
 
     // The cash flows of chunk c in cash[CI(c)] (with WPB 4 only this warp's chunks, c = w mod 4).
@@ -644,6 +656,7 @@ fused_walk_ring(const unsigned* __restrict__ st, int S, long long outer, double*
     unsigned* const stot = (unsigned*)(sL + LEAN * NPK);  // WPB 2
     const long long l = blockIdx.x;
     if (l >= outer) return;
+    stagger_start();
     const unsigned* const base = st + l * S * (long long)BLOCK_WORDS;
     const int mine = (NCH - w + WPB - 1) / WPB;
     const int per_step = 2 * mine, total_t = S * per_step;
@@ -1002,6 +1015,10 @@ int main(int argc, char** argv) {
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, KERNEL, KERNEL_THREADS, KERNEL_SMEM));
     int sms = 0;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    {
+        const int wave[2] = {sms, nb};
+        CK(cudaMemcpyToSymbol(C_WAVE, wave, sizeof(wave)));
+    }
 #ifdef AHEAD
     const unsigned grid = (unsigned)std::min<long long>(outer, (long long)nb * sms);
     printf("AHEAD NBW %d NEW %d, grid %u: ", NBW, NEW, grid);
