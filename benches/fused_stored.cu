@@ -801,9 +801,10 @@ fused_ahead(const unsigned* __restrict__ st, int S, long long outer, double* __r
             for (int k = 0; k < 6; ++k) acc[k][0] = acc[k][1] = acc[k][2] = acc[k][3] = 0.0;
             total = 0;
 #ifdef AHEAD_NOGRAM
+            // Timing ablation: the copies complete, nothing is built.
             async_copy_wait<0>();
             __syncwarp();
-            if (q < 0)
+            return;
 #endif
 #pragma unroll 1
             for (int c = wb; c < NCH; c += NBW) {
@@ -863,25 +864,22 @@ fused_ahead(const unsigned* __restrict__ st, int S, long long outer, double* __r
         const double* const sp = xp(q);
         // b partials: lane k < N sums psi_k(p) y_p over this warp's paths in the money.
         {
-            // Branch-free: y_p counts only where the payoff is positive; four partial sums.
+            // Branch-free: y_p counts only where the payoff is positive; four partial sums
+            // (path p into bs[p & 3]); full chunks unrolled by 8, the last one path by path.
             double bs[4] = {0.0, 0.0, 0.0, 0.0};
             const int col = max(lane - 1, 0);
+            auto add_path = [&](int p) {
+                const double yv = sp[p] > 0.0 ? sy[p] : 0.0;
+                const double x = lane == 0 ? 1.0 : state_high(sh + p * D, col) * 1.0;
+                bs[p & 3] = fma(x, yv, bs[p & 3]);
+            };
             for (int c = w; c < NCH; c += NEW) {
                 const int p0 = 32 * c;
                 if (p0 + 32 <= M) {
 #pragma unroll 8
-                    for (int j = 0; j < 32; ++j) {
-                        const int p = p0 + j;
-                        const double yv = sp[p] > 0.0 ? sy[p] : 0.0;
-                        const double x = lane == 0 ? 1.0 : state_high(sh + p * D, col) * 1.0;
-                        bs[j & 3] = fma(x, yv, bs[j & 3]);
-                    }
+                    for (int j = 0; j < 32; ++j) add_path(p0 + j);
                 } else {
-                    for (int p = p0; p < M; ++p) {
-                        const double yv = sp[p] > 0.0 ? sy[p] : 0.0;
-                        const double x = lane == 0 ? 1.0 : state_high(sh + p * D, col) * 1.0;
-                        bs[p & 3] = fma(x, yv, bs[p & 3]);
-                    }
+                    for (int p = p0; p < M; ++p) add_path(p);
                 }
             }
             const double b0 = bs[0] + bs[2], b1 = bs[1] + bs[3];
