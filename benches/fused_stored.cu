@@ -28,6 +28,9 @@
 // -DAHEAD (with MINB=2, NBW, NEW; the kernel fused_ahead below) builds the next date's
 // Gram while the current date is solved, from a second state buffer ("Forty-fifth
 // session": 0.148 s at best, slower, since only two outer paths fit an SM).
+// -DIMMA (kept-state kernel, WPB 1 or 2) builds the Gram exactly on the 8-bit integer
+// tensor cores from byte slices of the states ("Forty-sixth session": 0.128 s, slower:
+// the slicing costs more integer work per state than the FP64 DMMA it replaces).
 #include "prelude.cu"
 #include "rcp.cu"
 
@@ -48,7 +51,12 @@
 #define NCH 10                // chunks of 32 inner paths
 #define BLOCK_WORDS (2 * M * D)  // one (outer path, date) block: m x d doubles
 #define NPK (31 * 32 / 2)     // packed lower triangle of the 31 x 31 augmented matrix
-#define SMEM_BYTES (M * D * 4 + M * 8 + M * 8 + NPK * 8 + 32 * 8 + SCOL * 8 + 16 + (WPB == 4 ? 2 * NPK * 8 : 0))
+#define SMEM_BYTES (M * D * 4 + M * 8 + M * 8 + NPK * 8 + 32 * 8 + SCOL * 8 + 16 + (WPB == 4 ? 2 * NPK * 8 : 0) + IMMA_BYTES)
+#ifdef IMMA
+#define IMMA_BYTES (32 * 8)  // warp 1's part of b
+#else
+#define IMMA_BYTES 0
+#endif
 // SOLVE 1: rows in registers, columns by shuffles, IEEE division; 2: rows in registers,
 // the pivot column and z through shared memory (broadcast loads), correctly rounded
 // reciprocals (rcp.cu), the forward substitution folded into the elimination (b as column
@@ -179,6 +187,117 @@ __device__ __forceinline__ void build_chunk(double (&acc)[6][4], unsigned& total
 #endif
     }
 }
+
+#ifdef IMMA
+// IMMA (forty-sixth session): the Gram on the 8-bit integer tensor cores, exactly. A state
+// s = 2^e (1 + m 2^-20) (its high word) with e in [IMMA_E0, IMMA_E0 + 4) is the integer
+// X = s 2^(20 - IMMA_E0) < 2^24, so s_i s_j = X_i X_j 2^(2 IMMA_E0 - 40) with no rounding.
+// X = x0 2^16 + x1 2^8 + x2 (bytes), and sum_p X_i X_j = sum_w 2^(8 (4 - w)) C_w with
+// C_w = sum_{a + b = w} sum_p x_a(i) x_b(j): 9 byte products per pair of features, summed
+// in s32 by mma.m16n8k32.u8 (C_2 <= 900 x 255^2 < 2^31), joined in s64 and rounded once to
+// f64. The constant feature is X = 1 (scale 1). b = Psi^T y in FP64 on the CUDA cores. A
+// state outside the window counts the walk in *flags (the engine would take the FP64 build).
+// Ablations (timing only, wrong answers): IMMA_NOCHECK drops the window check, IMMA_NOB the
+// FP64 b.
+#ifndef IMMA_E0
+#define IMMA_E0 (-2)
+#endif
+__device__ __forceinline__ void mma_u8(int (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                       unsigned b0, unsigned b1) {
+#ifdef __CUDA_ARCH__
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
+}
+
+// One chunk of up to 32 inner paths (as build_chunk). Lane (g, q) forms features
+// f = 8 o + g (o < 4; 0 the constant, 1..D the states, the rest 0) of paths
+// 16 h + 4 q + t (h < 2, t < 4): sl[a][o][h] holds byte a (0 the highest) of the 4 paths'
+// X, path t in byte t, which is both the A fragment (rows f) and the B fragment (columns f)
+// of mma.m16n8k32. acc[w]: C_w on the 6 lower blocks of 16 x 8; bacc[o]: this lane's part
+// of b_f; chk: the OR of the window offsets of the states that enter (> 3: outside).
+__device__ __forceinline__ void build_chunk_imma(int (&acc)[5][6][4], double (&bacc)[4], unsigned& total,
+                                                 unsigned& chk, const unsigned* hb, const double* pb,
+                                                 const double* yb, int np, int lane) {
+    const int g = lane >> 2, q = lane & 3;
+    const bool f = lane < np && pb[lane] > 0.0;
+    const unsigned mask = __ballot_sync(0xffffffffu, f);
+    total += __popc(mask);
+    if (mask == 0) return;
+    unsigned sl[3][4][2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        bool en[4];
+        double yv[4];
+        int pp[4];
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+            const int p = 16 * h + 4 * q + t;
+            en[t] = (mask >> p) & 1u;
+            pp[t] = en[t] ? p : 0;
+            yv[t] = en[t] ? yb[pp[t]] : 0.0;
+        }
+#pragma unroll
+        for (int o = 0; o < 4; ++o) {
+            const int fe = 8 * o + g;
+            const bool st = fe >= 1 && fe <= D;
+            unsigned X[4];
+#pragma unroll
+            for (int t = 0; t < 4; ++t) {
+                const unsigned wd = hb[pp[t] * D + (st ? fe - 1 : 0)];
+                const unsigned shf = ((wd >> 20) & 0x7ffu) - (unsigned)(1023 + IMMA_E0);
+#ifndef IMMA_NOCHECK
+                chk |= st && en[t] ? shf : 0u;  // no branch: tested once after the chunk loop
+#endif
+                const unsigned x = st ? ((wd & 0xfffffu) | 0x100000u) << (shf & 3u) : (fe == 0 ? 1u : 0u);
+                X[t] = en[t] ? x : 0u;
+                const double sv = st ? __hiloint2double((int)wd, 0) : (fe == 0 ? 1.0 : 0.0);
+#ifndef IMMA_NOB
+                bacc[o] = fma(sv, yv[t], bacc[o]);
+#endif
+            }
+            const unsigned l01 = __byte_perm(X[0], X[1], 0x5140), h01 = __byte_perm(X[0], X[1], 0x7362);
+            const unsigned l23 = __byte_perm(X[2], X[3], 0x5140), h23 = __byte_perm(X[2], X[3], 0x7362);
+            sl[0][o][h] = __byte_perm(h01, h23, 0x5410);
+            sl[1][o][h] = __byte_perm(l01, l23, 0x7632);
+            sl[2][o][h] = __byte_perm(l01, l23, 0x5410);
+        }
+    }
+#pragma unroll
+    for (int a = 0; a < 3; ++a)
+#pragma unroll
+        for (int b = 0; b < 3; ++b) {
+            int k = 0;
+#pragma unroll
+            for (int R = 0; R < 2; ++R)
+#pragma unroll
+                for (int J = 0; J < 4 && J <= 2 * R + 1; ++J, ++k)
+                    mma_u8(acc[a + b][k], sl[a][2 * R][0], sl[a][2 * R + 1][0], sl[a][2 * R][1],
+                           sl[a][2 * R + 1][1], sl[b][J][0], sl[b][J][1]);
+        }
+}
+
+// The integer sums of build_chunk_imma as the FP64 blocks of build_chunk (b not in them).
+__device__ __forceinline__ void imma_to_f64(const int (&acc)[5][6][4], double (&d)[6][4], int lane) {
+    const int g = lane >> 2, q = lane & 3;
+    int k = 0;
+#pragma unroll
+    for (int R = 0; R < 2; ++R)
+#pragma unroll
+        for (int J = 0; J < 4 && J <= 2 * R + 1; ++J, ++k)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int r = 16 * R + g + 8 * (e >> 1), c = 8 * J + 2 * q + (e & 1);
+                long long v = acc[0][k][e];
+#pragma unroll
+                for (int w = 1; w < 5; ++w) v = v * 256 + acc[w][k][e];
+                const double sc = (r == 0 ? 1.0 : ldexp(1.0, IMMA_E0 - 20)) * (c == 0 ? 1.0 : ldexp(1.0, IMMA_E0 - 20));
+                d[k][e] = __ll2double_rn(v) * sc;
+            }
+}
+#endif
 
 // The solvers' start: lane i < N loads row i of A (full, from the packed lower triangle
 // sg) into a[0..N-1] (and ra without Lean), b_i into a[N], and returns b_i.
@@ -504,7 +623,47 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
 
     for (int s = S - 1; s >= 0; --s) {
         unsigned total = 0;
-#if MODE <= 1
+#if MODE <= 1 && defined(IMMA)
+        {
+            static_assert(WPB <= 2, "IMMA takes WPB 1 or 2");
+            int iacc[5][6][4];
+            double bacc[4] = {0.0, 0.0, 0.0, 0.0};
+            unsigned chk = 0;
+#pragma unroll
+            for (int w5 = 0; w5 < 5; ++w5)
+#pragma unroll
+                for (int k = 0; k < 6; ++k) iacc[w5][k][0] = iacc[w5][k][1] = iacc[w5][k][2] = iacc[w5][k][3] = 0;
+#pragma unroll 1
+            for (int c = w; c < NCH; c += WPB) {
+                wait_pending(mine - 1 - (c - w) / WPB);
+                __syncwarp();
+                const int p0 = 32 * c;
+                build_chunk_imma(iacc, bacc, total, chk, sh + p0 * D, sp + p0, sy + p0, min(32, M - p0), lane);
+            }
+            if (__any_sync(0xffffffffu, chk > 3u) && lane == 0) atomicAdd(flags, 1);
+#pragma unroll
+            for (int o = 0; o < 4; ++o) {
+                bacc[o] += __shfl_xor_sync(0xffffffffu, bacc[o], 1);
+                bacc[o] += __shfl_xor_sync(0xffffffffu, bacc[o], 2);
+            }
+            double* const sbx = sgx + (WPB == 4 ? 2 * NPK : 0);
+            if (w == 1 && (lane & 3) == 0)
+#pragma unroll
+                for (int o = 0; o < 4; ++o) sbx[8 * o + (lane >> 2)] = bacc[o];
+            double acc[6][4];
+            imma_to_f64(iacc, acc, lane);
+            gram_to_shared(acc, total, sg, sgx, stot, w, lane);  // its barrier orders sbx too
+            if (w == 0 && (lane & 3) == 0) {
+                const double inv = total > 0 ? 1.0 / (double)total : 0.0;
+#pragma unroll
+                for (int o = 0; o < 4; ++o) {
+                    const int fe = 8 * o + (lane >> 2);
+                    if (fe < N) sg[N * (N + 1) / 2 + fe] = (bacc[o] + (WPB > 1 ? sbx[fe] : 0.0)) * inv;
+                }
+            }
+            __syncwarp();
+        }
+#elif MODE <= 1
         double acc[6][4];
 #pragma unroll
         for (int k = 0; k < 6; ++k) acc[k][0] = acc[k][1] = acc[k][2] = acc[k][3] = 0.0;
