@@ -51,7 +51,13 @@
 #define NCH 10                // chunks of 32 inner paths
 #define BLOCK_WORDS (2 * M * D)  // one (outer path, date) block: m x d doubles
 #define NPK (31 * 32 / 2)     // packed lower triangle of the 31 x 31 augmented matrix
-#define SMEM_BYTES (M * D * 4 + M * 8 + M * 8 + NPK * 8 + 32 * 8 + SCOL * 8 + 16 + (WPB == 4 ? 2 * NPK * 8 : 0) + IMMA_BYTES)
+#define SMEM_BYTES (M * D * 4 + M * 8 + M * 8 + NPK * 8 + 32 * 8 + SCOL * 8 + 16 + (WPB == 4 ? 2 * NPK * 8 : 0) + IMMA_BYTES + (KLEAN ? NPK * 8 : 0))
+// KLEAN (forty-sixth session): the kept-state kernel's solver keeps L apart from A in shared
+// memory (the solver's Lean form), so that the rows of A need not stay in registers for
+// the residual; NPK more doubles at the end.
+#ifndef KLEAN
+#define KLEAN 0
+#endif
 #ifdef IMMA
 #define IMMA_BYTES (32 * 8)  // warp 1's part of b
 #else
@@ -131,30 +137,36 @@ __device__ __forceinline__ void wait_pending(int n) {
 }
 
 // Chunk c (32 inner paths) of the block at src into the warp's buffers, one commit group.
+// Pay false: the states only (REGPAY loads the payoffs into registers).
+template <bool Pay = true>
 __device__ __forceinline__ void issue_chunk(unsigned* sh, double* sp, const unsigned* src, int c,
                                             int lane) {
     const int p0 = 32 * c, np = min(32, M - p0), nw = np * D;
     const unsigned* g = src + p0 * D;
     unsigned* s = sh + p0 * D;
     for (int r = 4 * lane; r < nw; r += 128) async_copy16(s + r, g + r);
-    const double* gp = (const double*)(src + M * D) + p0;
-    if (2 * lane < np) async_copy16(sp + p0 + 2 * lane, gp + 2 * lane);
+    if (Pay) {
+        const double* gp = (const double*)(src + M * D) + p0;
+        if (2 * lane < np) async_copy16(sp + p0 + 2 * lane, gp + 2 * lane);
+    }
     async_copy_commit();
 }
 
 // The build's work on one chunk of up to 32 inner paths: rows hb[p * D ..] (high words),
-// payoffs pb[p], cash flows yb[p], p < np. The pipeline build's fragments and DMMA order
-// (regression.cu, TC_K 8); acc: the 6 blocks of 16 x 8 of the lower [Psi y]^T [Psi y].
-template <bool WithY = true>
-__device__ __forceinline__ void build_chunk(double (&acc)[6][4], unsigned& total, const unsigned* hb,
-                                            const double* pb, const double* yb, int np, int lane) {
+// the paths that enter in mask (bit p), y_p from yof(p) (a call every lane makes). The
+// pipeline build's fragments and DMMA order (regression.cu, TC_K 8); acc: the 6 blocks of
+// 16 x 8 of the lower [Psi y]^T [Psi y].
+// NOSKIP (forty-sixth session): no branch over the groups of 8 paths of which none enters
+// (their DMMAs add zeros), so that one basic block holds the chunk's 4 groups.
+template <typename YOf>
+__device__ __forceinline__ void build_chunk_mask(double (&acc)[6][4], const unsigned* hb, unsigned mask,
+                                                 YOf yof, int lane) {
     const int g = lane >> 2, q = lane & 3;
-    const bool f = lane < np && pb[lane] > 0.0;
-    const unsigned mask = __ballot_sync(0xffffffffu, f);
-    total += __popc(mask);
 #pragma unroll
     for (int k0 = 0; k0 < 32; k0 += 8) {
+#ifndef NOSKIP
         if (((mask >> k0) & 0xffu) == 0) continue;
+#endif
         double v[4][2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -162,7 +174,7 @@ __device__ __forceinline__ void build_chunk(double (&acc)[6][4], unsigned& total
             const bool enters = (mask >> pl) & 1u;
             const int p = enters ? pl : 0;
             const unsigned* sph = hb + p * D;
-            const double yv = WithY ? yb[p] : 0.0;
+            const double yv = yof(pl, p);
 #pragma unroll
             for (int I = 0; I < 4; ++I) {
                 const int col = 8 * I + g;
@@ -186,6 +198,26 @@ __device__ __forceinline__ void build_chunk(double (&acc)[6][4], unsigned& total
                 ;
 #endif
     }
+}
+
+// build_chunk_mask with the payoffs pb[p] and cash flows yb[p] (p < np) in shared memory;
+// total counts the paths that enter.
+template <bool WithY = true>
+__device__ __forceinline__ void build_chunk(double (&acc)[6][4], unsigned& total, const unsigned* hb,
+                                            const double* pb, const double* yb, int np, int lane) {
+    const bool f = lane < np && pb[lane] > 0.0;
+    const unsigned mask = __ballot_sync(0xffffffffu, f);
+    total += __popc(mask);
+    build_chunk_mask(acc, hb, mask, [&](int, int p) { return WithY ? yb[p] : 0.0; }, lane);
+}
+
+// REGPAY (forty-sixth session): the payoff and the cash flow of path 32 c + lane in this
+// lane's registers (pay, y), y_p of the other paths by shuffles.
+__device__ __forceinline__ void build_chunk_reg(double (&acc)[6][4], unsigned& total, const unsigned* hb,
+                                                double pay, double y, int np, int lane) {
+    const unsigned mask = __ballot_sync(0xffffffffu, lane < np && pay > 0.0);
+    total += __popc(mask);
+    build_chunk_mask(acc, hb, mask, [&](int pl, int) { return __shfl_sync(0xffffffffu, y, pl); }, lane);
 }
 
 #ifdef IMMA
@@ -584,11 +616,38 @@ __device__ __forceinline__ void solve_sel(double* sg, double* sL, double* sb, do
 #endif
 }
 
+// PROF (timing aid): each warp of the kept-state kernel sums clock() spans per phase into
+// g_prof[w][phase] (lane 0): 0 the build's waits for its copies, 1 the build's work on its
+// chunks, 2 the Gram's join, 3 the solve and the barrier after it, 4 the exercise with the
+// next date's copies (EXFIRST: the exercise alone), 5 (EXFIRST: the copies and) the last
+// barrier. g_prof[w][6] counts the warp's dates.
+#ifdef PROF
+__device__ unsigned long long g_prof[4][8];
+#define PROF_NOW() (unsigned)clock()
+#define PROF_ADD(i, t0)                  \
+    do {                                 \
+        const unsigned t1_ = clock();    \
+        prof[i] += t1_ - (t0);           \
+        t0 = t1_;                        \
+    } while (0)
+#else
+#define PROF_NOW() 0u
+#define PROF_ADD(i, t0) (void)(t0)
+#endif
+
 #ifndef MINB
 #define MINB 5
 #endif
+// The cash flows of this warp's chunks (c = w mod WPB) in cash[c / WPB]. Before the
+// forty-sixth session WPB 1 and 2 kept all NCH slots, half of them unused with WPB 2
+// (CASH_ALL restores that layout).
+#ifdef CASH_ALL
 #define CW (WPB == 4 ? (NCH + 3) / 4 : NCH)
 #define CI(c) (WPB == 4 ? (c) / 4 : (c))
+#else
+#define CW ((NCH + WPB - 1) / WPB)
+#define CI(c) ((c) / WPB)
+#endif
 extern "C" __global__ void __launch_bounds__(32 * WPB, MINB)
 fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __restrict__ value,
            double* __restrict__ beta_out, int* __restrict__ flags) {
@@ -607,12 +666,16 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
     stagger_start();
     const unsigned* const base = st + l * S * (long long)BLOCK_WORDS;
 
-    // The cash flows of chunk c in cash[CI(c)] (with WPB 4 only this warp's chunks, c = w mod 4).
+    // The cash flows of chunk c in cash[CI(c)] (this warp's chunks only, c = w mod WPB).
     double cash[CW];
     int cdate[CW];
 #pragma unroll
     for (int c = 0; c < NCH; ++c) {
+#ifdef CASH_ALL
         if (WPB == 4 && c % 4 != w) continue;
+#else
+        if (c % WPB != w) continue;
+#endif
         const int p = 32 * c + lane;
         cash[CI(c)] = p < M ? initial_cash(l, p) : 0.0;
         cdate[CI(c)] = S;
@@ -620,9 +683,13 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
     }
     for (int c = w; c < NCH; c += WPB) issue_chunk(sh, sp, base + (long long)(S - 1) * BLOCK_WORDS, c, lane);
     const int mine = (NCH - w + WPB - 1) / WPB;  // chunks of this warp
+#ifdef PROF
+    unsigned prof[6] = {0, 0, 0, 0, 0, 0};  // one walk's spans fit 32 bits
+#endif
 
     for (int s = S - 1; s >= 0; --s) {
         unsigned total = 0;
+        unsigned pt = PROF_NOW();
 #if MODE <= 1 && defined(IMMA)
         {
             static_assert(WPB <= 2, "IMMA takes WPB 1 or 2");
@@ -671,10 +738,13 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
         for (int c = w; c < NCH; c += WPB) {
             wait_pending(mine - 1 - (c - w) / WPB);
             __syncwarp();
+            PROF_ADD(0, pt);
             const int p0 = 32 * c;
             build_chunk(acc, total, sh + p0 * D, sp + p0, sy + p0, min(32, M - p0), lane);
+            PROF_ADD(1, pt);
         }
         gram_to_shared(acc, total, sg, sgx, stot, w, lane);
+        PROF_ADD(2, pt);
 #else
         wait_pending(0);
         __syncthreads();
@@ -742,11 +812,12 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
             if (i < N) sb[i] = ok ? xi : (i == 0 ? sg[N * (N + 1) / 2] : 0.0);
         }
 #elif MODE == 0
-        if (w == 0) solve_sel<false>(sg, sg, sb, scol, total, flags, lane);
+        if (w == 0) solve_sel<KLEAN>(sg, KLEAN ? (double*)(smem + SMEM_BYTES - NPK * 8) : sg, sb, scol, total, flags, lane);
 #else
         if (w == 0 && lane < N) sb[lane] = lane == 0 ? 0.05 : 0.001;
 #endif
         __syncthreads();
+        PROF_ADD(3, pt);
         if (l == 0 && s == 0 && lane < N) beta_out[lane] = sb[lane];
 
 #if MODE <= 2
@@ -756,6 +827,25 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
         for (int k = 0; k < N; ++k) bt[k] = sb[k];
 #endif
         const unsigned* nxt = base + (long long)(s - 1) * BLOCK_WORDS;
+#if defined(EXFIRST) && MODE <= 2
+        // EXFIRST (forty-sixth session): the warp's exercises first (independent chains,
+        // interleaved), then all of its copies.
+#pragma unroll
+        for (int c = 0; c < NCH; ++c) {
+            if (c % WPB != w) continue;
+            const int p = 32 * c + lane;
+            if (p < M) {
+                exercise_path(sh + p * D, sp[p], bt, cash[CI(c)], cdate[CI(c)], s);
+                if (s > 0) sy[p] = cash[CI(c)] * C_DF[cdate[CI(c)] - (s - 1)];
+            }
+        }
+        __syncwarp();
+        PROF_ADD(4, pt);
+        if (s > 0)
+#pragma unroll
+            for (int c = 0; c < NCH; ++c)
+                if (c % WPB == w) issue_chunk(sh, sp, nxt, c, lane);
+#else
 #pragma unroll
         for (int c = 0; c < NCH; ++c) {
             if (c % WPB != w) continue;
@@ -771,10 +861,20 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
             __syncwarp();
             if (s > 0) issue_chunk(sh, sp, nxt, c, lane);
         }
+        PROF_ADD(4, pt);
+#endif
 #if WPB > 1
         __syncthreads();  // warp 0's next solve buffer (sg) is free of the other warps' partials
 #endif
+        PROF_ADD(5, pt);
     }
+#ifdef PROF
+    if (lane == 0) {
+#pragma unroll
+        for (int i = 0; i < 6; ++i) atomicAdd(&g_prof[w][i], (unsigned long long)prof[i]);
+        atomicAdd(&g_prof[w][6], (unsigned long long)S);
+    }
+#endif
     double v = 0.0;
 #pragma unroll
     for (int c = 0; c < NCH; ++c)
@@ -1087,9 +1187,97 @@ fused_ahead(const unsigned* __restrict__ st, int S, long long outer, double* __r
 #define KERNEL fused_ahead
 #define KERNEL_SMEM SMEM_AHEAD
 #define KERNEL_THREADS T_ALL
+#elif defined(REGPAY)
+// REGPAY (forty-sixth session): the kept-state kernel (WPB 2, MODE 0 or 1) with each path's
+// payoff and cash flow in its lane's registers instead of shared memory: the payoffs by
+// plain loads a date ahead (issued with the date's copies), y to the build by shuffles.
+// Shared memory: the high words | the packed Gram | beta | the solver's SCOL doubles |
+// warp 1's count | (KLEAN) L. With KLEAN that is 44,672 bytes, so 5 outer paths fit an SM
+// if the registers allow (MINB 5).
+#define SMEM_REG (M * D * 4 + NPK * 8 + 32 * 8 + SCOL * 8 + 16 + (KLEAN ? NPK * 8 : 0))
+extern "C" __global__ void __launch_bounds__(64, MINB)
+fused_walk_reg(const unsigned* __restrict__ st, int S, long long outer, double* __restrict__ value,
+               double* __restrict__ beta_out, int* __restrict__ flags) {
+    static_assert(WPB == 2 && MODE <= 1, "REGPAY takes WPB 2 and MODE 0 or 1");
+    extern __shared__ __align__(16) unsigned char smem[];
+    unsigned* const sh = (unsigned*)smem;
+    double* const sg = (double*)(sh + M * D);
+    double* const sb = sg + NPK;
+    double* const scol = sb + 32;
+    unsigned* const stot = (unsigned*)(scol + SCOL);
+    double* const sL = KLEAN ? (double*)(stot + 4) : sg;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const long long l = blockIdx.x;
+    if (l >= outer) return;
+    const unsigned* const base = st + l * S * (long long)BLOCK_WORDS;
+    constexpr int CH = NCH / 2;  // this warp's chunks c = 2 j + w
+    double cash[CH], y[CH], pay[CH];
+    int cdate[CH];
+    {
+        const unsigned* const src = base + (long long)(S - 1) * BLOCK_WORDS;
+#pragma unroll
+        for (int j = 0; j < CH; ++j) {
+            const int c = 2 * j + w, p = 32 * c + lane;
+            cash[j] = p < M ? initial_cash(l, p) : 0.0;
+            cdate[j] = S;
+            y[j] = cash[j] * C_DF[1];
+            issue_chunk<false>(sh, nullptr, src, c, lane);
+            pay[j] = p < M ? ((const double*)(src + M * D))[p] : 0.0;
+        }
+    }
+    for (int s = S - 1; s >= 0; --s) {
+        unsigned total = 0;
+        double acc[6][4];
+#pragma unroll
+        for (int k = 0; k < 6; ++k) acc[k][0] = acc[k][1] = acc[k][2] = acc[k][3] = 0.0;
+#pragma unroll
+        for (int j = 0; j < CH; ++j) {
+            wait_pending(CH - 1 - j);
+            __syncwarp();
+            const int p0 = 32 * (2 * j + w);
+            build_chunk_reg(acc, total, sh + p0 * D, pay[j], y[j], min(32, M - p0), lane);
+        }
+        gram_to_shared(acc, total, sg, nullptr, stot, w, lane);
+#if MODE == 0
+        if (w == 0) solve_sel<KLEAN>(sg, sL, sb, scol, total, flags, lane);
+#else
+        if (w == 0 && lane < N) sb[lane] = lane == 0 ? 0.05 : 0.001;
+#endif
+        __syncthreads();
+        if (l == 0 && s == 0 && lane < N) beta_out[lane] = sb[lane];
+        double bt[N];
+#pragma unroll
+        for (int k = 0; k < N; ++k) bt[k] = sb[k];
+        const unsigned* const nxt = base + (long long)(s - 1) * BLOCK_WORDS;
+#pragma unroll
+        for (int j = 0; j < CH; ++j) {
+            const int c = 2 * j + w, p = 32 * c + lane;
+            if (p < M) {
+                exercise_path(sh + p * D, pay[j], bt, cash[j], cdate[j], s);
+                if (s > 0) y[j] = cash[j] * C_DF[cdate[j] - (s - 1)];
+            }
+            __syncwarp();
+            if (s > 0) {
+                issue_chunk<false>(sh, nullptr, nxt, c, lane);
+                pay[j] = p < M ? ((const double*)(nxt + M * D))[p] : 0.0;
+            }
+        }
+        __syncthreads();  // warp 0's next solve buffer (sg) is free of warp 1's partials
+    }
+    double v = 0.0;
+#pragma unroll
+    for (int j = 0; j < CH; ++j) v += cash[j] * C_DF[cdate[j]];
+    add_walk_value(v, value + l, lane);
+}
+#define KERNEL fused_walk_reg
+#define KERNEL_SMEM SMEM_REG
 #else
 #define KERNEL fused_walk
-#define KERNEL_SMEM SMEM_BYTES
+// SMEM_PAD (bytes, timing aid): more shared memory per block, so that fewer fit an SM.
+#ifndef SMEM_PAD
+#define SMEM_PAD 0
+#endif
+#define KERNEL_SMEM (SMEM_BYTES + SMEM_PAD)
 #endif
 #ifndef KERNEL_THREADS
 #define KERNEL_THREADS (32 * WPB)
@@ -1205,6 +1393,12 @@ int main(int argc, char** argv) {
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     for (int rep = 0; rep < 3; ++rep) {
+#ifdef PROF
+        if (rep == 2) {
+            static const unsigned long long zero[4][8] = {};
+            CK(cudaMemcpyToSymbol(g_prof, zero, sizeof(zero)));
+        }
+#endif
         CK(cudaMemset(flags, 0, 4));
         CK(cudaMemset(value, 0, outer * 8));
         CK(cudaEventRecord(e0));
@@ -1224,6 +1418,18 @@ int main(int argc, char** argv) {
                "value[0] %.6f\n",
                rep, launches, regs, ms / 1e3, regs / (ms / 1e3) / 1e6, ms / 1e3 * 3.6e6 / regs, fl, v[0]);
     }
+#ifdef PROF
+    unsigned long long pr[4][8];
+    CK(cudaMemcpyFromSymbol(pr, g_prof, sizeof(pr)));
+    for (int w = 0; w < 4; ++w)
+        if (pr[w][6] > 0) {
+            const double n = (double)pr[w][6];
+            printf("PROF warp %d, cycles per date: copy wait %.0f, build %.0f, join %.0f, solve + barrier %.0f, "
+                   "exercise (+ copies) %.0f, (copies +) barrier %.0f; sum %.0f\n",
+                   w, pr[w][0] / n, pr[w][1] / n, pr[w][2] / n, pr[w][3] / n, pr[w][4] / n, pr[w][5] / n,
+                   (double)(pr[w][0] + pr[w][1] + pr[w][2] + pr[w][3] + pr[w][4] + pr[w][5]) / n);
+        }
+#endif
     return 0;
 }
 #endif
