@@ -31,6 +31,11 @@
 // -DIMMA (kept-state kernel, WPB 1 or 2) builds the Gram exactly on the 8-bit integer
 // tensor cores from byte slices of the states ("Forty-sixth session": 0.128 s, slower:
 // the slicing costs more integer work per state than the FP64 DMMA it replaces).
+// -DNOSKIP drops the build's branch over groups of 8 paths of which none enters: the best
+// variant is now SOLVE 3, WPB 2, MINB 4, NOSKIP at 0.0893-0.0905 s (40.2 M/s, forty-sixth
+// session). -DPROF prints each warp's cycles per date by phase; -DSMEM_PAD=bytes holds
+// fewer outer paths per SM. Variants measured and dropped (REGPAY, KLEAN, EXFIRST, another
+// cash layout): commit 229a4dc.
 #include "prelude.cu"
 #include "rcp.cu"
 
@@ -51,13 +56,7 @@
 #define NCH 10                // chunks of 32 inner paths
 #define BLOCK_WORDS (2 * M * D)  // one (outer path, date) block: m x d doubles
 #define NPK (31 * 32 / 2)     // packed lower triangle of the 31 x 31 augmented matrix
-#define SMEM_BYTES (M * D * 4 + M * 8 + M * 8 + NPK * 8 + 32 * 8 + SCOL * 8 + 16 + (WPB == 4 ? 2 * NPK * 8 : 0) + IMMA_BYTES + (KLEAN ? NPK * 8 : 0))
-// KLEAN (forty-sixth session): the kept-state kernel's solver keeps L apart from A in shared
-// memory (the solver's Lean form), so that the rows of A need not stay in registers for
-// the residual; NPK more doubles at the end.
-#ifndef KLEAN
-#define KLEAN 0
-#endif
+#define SMEM_BYTES (M * D * 4 + M * 8 + M * 8 + NPK * 8 + 32 * 8 + SCOL * 8 + 16 + (WPB == 4 ? 2 * NPK * 8 : 0) + IMMA_BYTES)
 #ifdef IMMA
 #define IMMA_BYTES (32 * 8)  // warp 1's part of b
 #else
@@ -137,18 +136,14 @@ __device__ __forceinline__ void wait_pending(int n) {
 }
 
 // Chunk c (32 inner paths) of the block at src into the warp's buffers, one commit group.
-// Pay false: the states only (REGPAY loads the payoffs into registers).
-template <bool Pay = true>
 __device__ __forceinline__ void issue_chunk(unsigned* sh, double* sp, const unsigned* src, int c,
                                             int lane) {
     const int p0 = 32 * c, np = min(32, M - p0), nw = np * D;
     const unsigned* g = src + p0 * D;
     unsigned* s = sh + p0 * D;
     for (int r = 4 * lane; r < nw; r += 128) async_copy16(s + r, g + r);
-    if (Pay) {
-        const double* gp = (const double*)(src + M * D) + p0;
-        if (2 * lane < np) async_copy16(sp + p0 + 2 * lane, gp + 2 * lane);
-    }
+    const double* gp = (const double*)(src + M * D) + p0;
+    if (2 * lane < np) async_copy16(sp + p0 + 2 * lane, gp + 2 * lane);
     async_copy_commit();
 }
 
@@ -211,14 +206,6 @@ __device__ __forceinline__ void build_chunk(double (&acc)[6][4], unsigned& total
     build_chunk_mask(acc, hb, mask, [&](int, int p) { return WithY ? yb[p] : 0.0; }, lane);
 }
 
-// REGPAY (forty-sixth session): the payoff and the cash flow of path 32 c + lane in this
-// lane's registers (pay, y), y_p of the other paths by shuffles.
-__device__ __forceinline__ void build_chunk_reg(double (&acc)[6][4], unsigned& total, const unsigned* hb,
-                                                double pay, double y, int np, int lane) {
-    const unsigned mask = __ballot_sync(0xffffffffu, lane < np && pay > 0.0);
-    total += __popc(mask);
-    build_chunk_mask(acc, hb, mask, [&](int pl, int) { return __shfl_sync(0xffffffffu, y, pl); }, lane);
-}
 
 #ifdef IMMA
 // IMMA (forty-sixth session): the Gram on the 8-bit integer tensor cores, exactly. A state
@@ -619,8 +606,7 @@ __device__ __forceinline__ void solve_sel(double* sg, double* sL, double* sb, do
 // PROF (timing aid): each warp of the kept-state kernel sums clock() spans per phase into
 // g_prof[w][phase] (lane 0): 0 the build's waits for its copies, 1 the build's work on its
 // chunks, 2 the Gram's join, 3 the solve and the barrier after it, 4 the exercise with the
-// next date's copies (EXFIRST: the exercise alone), 5 (EXFIRST: the copies and) the last
-// barrier. g_prof[w][6] counts the warp's dates.
+// next date's copies, 5 the last barrier. g_prof[w][6] counts the warp's dates.
 #ifdef PROF
 __device__ unsigned long long g_prof[4][8];
 #define PROF_NOW() (unsigned)clock()
@@ -638,16 +624,8 @@ __device__ unsigned long long g_prof[4][8];
 #ifndef MINB
 #define MINB 5
 #endif
-// The cash flows of this warp's chunks (c = w mod WPB) in cash[c / WPB]. Before the
-// forty-sixth session WPB 1 and 2 kept all NCH slots, half of them unused with WPB 2
-// (CASH_ALL restores that layout).
-#ifdef CASH_ALL
 #define CW (WPB == 4 ? (NCH + 3) / 4 : NCH)
 #define CI(c) (WPB == 4 ? (c) / 4 : (c))
-#else
-#define CW ((NCH + WPB - 1) / WPB)
-#define CI(c) ((c) / WPB)
-#endif
 extern "C" __global__ void __launch_bounds__(32 * WPB, MINB)
 fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __restrict__ value,
            double* __restrict__ beta_out, int* __restrict__ flags) {
@@ -666,16 +644,12 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
     stagger_start();
     const unsigned* const base = st + l * S * (long long)BLOCK_WORDS;
 
-    // The cash flows of chunk c in cash[CI(c)] (this warp's chunks only, c = w mod WPB).
+    // The cash flows of chunk c in cash[CI(c)] (with WPB 4 only this warp's chunks, c = w mod 4).
     double cash[CW];
     int cdate[CW];
 #pragma unroll
     for (int c = 0; c < NCH; ++c) {
-#ifdef CASH_ALL
         if (WPB == 4 && c % 4 != w) continue;
-#else
-        if (c % WPB != w) continue;
-#endif
         const int p = 32 * c + lane;
         cash[CI(c)] = p < M ? initial_cash(l, p) : 0.0;
         cdate[CI(c)] = S;
@@ -812,7 +786,7 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
             if (i < N) sb[i] = ok ? xi : (i == 0 ? sg[N * (N + 1) / 2] : 0.0);
         }
 #elif MODE == 0
-        if (w == 0) solve_sel<KLEAN>(sg, KLEAN ? (double*)(smem + SMEM_BYTES - NPK * 8) : sg, sb, scol, total, flags, lane);
+        if (w == 0) solve_sel<false>(sg, sg, sb, scol, total, flags, lane);
 #else
         if (w == 0 && lane < N) sb[lane] = lane == 0 ? 0.05 : 0.001;
 #endif
@@ -827,25 +801,6 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
         for (int k = 0; k < N; ++k) bt[k] = sb[k];
 #endif
         const unsigned* nxt = base + (long long)(s - 1) * BLOCK_WORDS;
-#if defined(EXFIRST) && MODE <= 2
-        // EXFIRST (forty-sixth session): the warp's exercises first (independent chains,
-        // interleaved), then all of its copies.
-#pragma unroll
-        for (int c = 0; c < NCH; ++c) {
-            if (c % WPB != w) continue;
-            const int p = 32 * c + lane;
-            if (p < M) {
-                exercise_path(sh + p * D, sp[p], bt, cash[CI(c)], cdate[CI(c)], s);
-                if (s > 0) sy[p] = cash[CI(c)] * C_DF[cdate[CI(c)] - (s - 1)];
-            }
-        }
-        __syncwarp();
-        PROF_ADD(4, pt);
-        if (s > 0)
-#pragma unroll
-            for (int c = 0; c < NCH; ++c)
-                if (c % WPB == w) issue_chunk(sh, sp, nxt, c, lane);
-#else
 #pragma unroll
         for (int c = 0; c < NCH; ++c) {
             if (c % WPB != w) continue;
@@ -862,7 +817,6 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
             if (s > 0) issue_chunk(sh, sp, nxt, c, lane);
         }
         PROF_ADD(4, pt);
-#endif
 #if WPB > 1
         __syncthreads();  // warp 0's next solve buffer (sg) is free of the other warps' partials
 #endif
@@ -1187,90 +1141,6 @@ fused_ahead(const unsigned* __restrict__ st, int S, long long outer, double* __r
 #define KERNEL fused_ahead
 #define KERNEL_SMEM SMEM_AHEAD
 #define KERNEL_THREADS T_ALL
-#elif defined(REGPAY)
-// REGPAY (forty-sixth session): the kept-state kernel (WPB 2, MODE 0 or 1) with each path's
-// payoff and cash flow in its lane's registers instead of shared memory: the payoffs by
-// plain loads a date ahead (issued with the date's copies), y to the build by shuffles.
-// Shared memory: the high words | the packed Gram | beta | the solver's SCOL doubles |
-// warp 1's count | (KLEAN) L. With KLEAN that is 44,672 bytes, so 5 outer paths fit an SM
-// if the registers allow (MINB 5).
-#define SMEM_REG (M * D * 4 + NPK * 8 + 32 * 8 + SCOL * 8 + 16 + (KLEAN ? NPK * 8 : 0))
-extern "C" __global__ void __launch_bounds__(64, MINB)
-fused_walk_reg(const unsigned* __restrict__ st, int S, long long outer, double* __restrict__ value,
-               double* __restrict__ beta_out, int* __restrict__ flags) {
-    static_assert(WPB == 2 && MODE <= 1, "REGPAY takes WPB 2 and MODE 0 or 1");
-    extern __shared__ __align__(16) unsigned char smem[];
-    unsigned* const sh = (unsigned*)smem;
-    double* const sg = (double*)(sh + M * D);
-    double* const sb = sg + NPK;
-    double* const scol = sb + 32;
-    unsigned* const stot = (unsigned*)(scol + SCOL);
-    double* const sL = KLEAN ? (double*)(stot + 4) : sg;
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    const long long l = blockIdx.x;
-    if (l >= outer) return;
-    const unsigned* const base = st + l * S * (long long)BLOCK_WORDS;
-    constexpr int CH = NCH / 2;  // this warp's chunks c = 2 j + w
-    double cash[CH], y[CH], pay[CH];
-    int cdate[CH];
-    {
-        const unsigned* const src = base + (long long)(S - 1) * BLOCK_WORDS;
-#pragma unroll
-        for (int j = 0; j < CH; ++j) {
-            const int c = 2 * j + w, p = 32 * c + lane;
-            cash[j] = p < M ? initial_cash(l, p) : 0.0;
-            cdate[j] = S;
-            y[j] = cash[j] * C_DF[1];
-            issue_chunk<false>(sh, nullptr, src, c, lane);
-            pay[j] = p < M ? ((const double*)(src + M * D))[p] : 0.0;
-        }
-    }
-    for (int s = S - 1; s >= 0; --s) {
-        unsigned total = 0;
-        double acc[6][4];
-#pragma unroll
-        for (int k = 0; k < 6; ++k) acc[k][0] = acc[k][1] = acc[k][2] = acc[k][3] = 0.0;
-#pragma unroll
-        for (int j = 0; j < CH; ++j) {
-            wait_pending(CH - 1 - j);
-            __syncwarp();
-            const int p0 = 32 * (2 * j + w);
-            build_chunk_reg(acc, total, sh + p0 * D, pay[j], y[j], min(32, M - p0), lane);
-        }
-        gram_to_shared(acc, total, sg, nullptr, stot, w, lane);
-#if MODE == 0
-        if (w == 0) solve_sel<KLEAN>(sg, sL, sb, scol, total, flags, lane);
-#else
-        if (w == 0 && lane < N) sb[lane] = lane == 0 ? 0.05 : 0.001;
-#endif
-        __syncthreads();
-        if (l == 0 && s == 0 && lane < N) beta_out[lane] = sb[lane];
-        double bt[N];
-#pragma unroll
-        for (int k = 0; k < N; ++k) bt[k] = sb[k];
-        const unsigned* const nxt = base + (long long)(s - 1) * BLOCK_WORDS;
-#pragma unroll
-        for (int j = 0; j < CH; ++j) {
-            const int c = 2 * j + w, p = 32 * c + lane;
-            if (p < M) {
-                exercise_path(sh + p * D, pay[j], bt, cash[j], cdate[j], s);
-                if (s > 0) y[j] = cash[j] * C_DF[cdate[j] - (s - 1)];
-            }
-            __syncwarp();
-            if (s > 0) {
-                issue_chunk<false>(sh, nullptr, nxt, c, lane);
-                pay[j] = p < M ? ((const double*)(nxt + M * D))[p] : 0.0;
-            }
-        }
-        __syncthreads();  // warp 0's next solve buffer (sg) is free of warp 1's partials
-    }
-    double v = 0.0;
-#pragma unroll
-    for (int j = 0; j < CH; ++j) v += cash[j] * C_DF[cdate[j]];
-    add_walk_value(v, value + l, lane);
-}
-#define KERNEL fused_walk_reg
-#define KERNEL_SMEM SMEM_REG
 #else
 #define KERNEL fused_walk
 // SMEM_PAD (bytes, timing aid): more shared memory per block, so that fewer fit an SM.
@@ -1425,7 +1295,7 @@ int main(int argc, char** argv) {
         if (pr[w][6] > 0) {
             const double n = (double)pr[w][6];
             printf("PROF warp %d, cycles per date: copy wait %.0f, build %.0f, join %.0f, solve + barrier %.0f, "
-                   "exercise (+ copies) %.0f, (copies +) barrier %.0f; sum %.0f\n",
+                   "exercise + copies %.0f, barrier %.0f; sum %.0f\n",
                    w, pr[w][0] / n, pr[w][1] / n, pr[w][2] / n, pr[w][3] / n, pr[w][4] / n, pr[w][5] / n,
                    (double)(pr[w][0] + pr[w][1] + pr[w][2] + pr[w][3] + pr[w][4] + pr[w][5]) / n);
         }
