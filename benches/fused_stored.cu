@@ -56,7 +56,12 @@
 #define NCH 10                // chunks of 32 inner paths
 #define BLOCK_WORDS (2 * M * D)  // one (outer path, date) block: m x d doubles
 #define NPK (31 * 32 / 2)     // packed lower triangle of the 31 x 31 augmented matrix
-#define SMEM_BYTES (M * D * 4 + M * 8 + M * 8 + NPK * 8 + 32 * 8 + SCOL * 8 + 16 + (WPB == 4 ? 2 * NPK * 8 : 0) + IMMA_BYTES)
+#define SMEM_BYTES (M * D * 4 + M * 8 + M * 8 + NPK * 8 + 32 * 8 + SCOL * 8 + 16 + (WPB == 4 ? 2 * NPK * 8 : 0) + IMMA_BYTES + BULK_BYTES)
+#ifdef BULK
+#define BULK_BYTES (NCH * 8)  // the chunks' mbarriers, last
+#else
+#define BULK_BYTES 0
+#endif
 #ifdef IMMA
 #define IMMA_BYTES (32 * 8)  // warp 1's part of b
 #else
@@ -71,7 +76,7 @@
 #define SOLVE 2
 #endif
 // Doubles of the solver's scratch.
-#define SCOL (SOLVE == 3 ? 208 : 96)
+#define SCOL (SOLVE >= 3 ? 208 : 96)
 // Warps per outer path (1 or 2): with 2, warp w owns the chunks c = w mod 2 (their copies,
 // build and exercise); warp 1's partial sums join warp 0's in shared memory, warp 0 solves.
 #ifndef WPB
@@ -146,6 +151,43 @@ __device__ __forceinline__ void issue_chunk(unsigned* sh, double* sp, const unsi
     if (2 * lane < np) async_copy16(sp + p0 + 2 * lane, gp + 2 * lane);
     async_copy_commit();
 }
+
+// BULK (forty-sixth session): the chunk copies by the Tensor Memory Accelerator instead of
+// 16-byte cp.async per lane: lane 0 issues two cp.async.bulk (the chunk's high words and
+// its payoffs, both contiguous and 16-byte aligned) that complete on the chunk's mbarrier,
+// whose phase flips once per date; every lane waits on the phase.
+#ifdef BULK
+__device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(unsigned long long* b) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n\tfence.mbarrier_init.release.cluster;" ::"r"(smem_addr(b))
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned long long* b, unsigned parity) {
+    asm volatile(
+        "{\n\t.reg .pred P1;\n\tWAIT_%=:\n\t"
+        "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n\t@!P1 bra WAIT_%=;\n\t}" ::"r"(smem_addr(b)),
+        "r"(parity)
+        : "memory");
+}
+// Chunk c of the block at src into sh / sp on barrier mb[c] (lane 0 only; after the warp's
+// last generic reads of the chunk, so the proxy fence first).
+__device__ __forceinline__ void issue_chunk_bulk(unsigned* sh, double* sp, const unsigned* src, int c,
+                                                 unsigned long long* mb) {
+    const int p0 = 32 * c, np = min(32, M - p0);
+    const unsigned bw = np * D * 4, bp = np * 8;
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(mb + c)), "r"(bw + bp)
+                 : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_addr(sh + p0 * D)),
+                 "l"(src + p0 * D), "r"(bw), "r"(smem_addr(mb + c))
+                 : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_addr(sp + p0)),
+                 "l"((const double*)(src + M * D) + p0), "r"(bp), "r"(smem_addr(mb + c))
+                 : "memory");
+}
+#endif
 
 // The build's work on one chunk of up to 32 inner paths: rows hb[p * D ..] (high words),
 // the paths that enter in mask (bit p), y_p from yof(p) (a call every lane makes). The
@@ -419,9 +461,15 @@ __device__ __forceinline__ void solve2(double* sg, double* sL, double* sb, doubl
 // of a 2 x 2 inverse instead of 30 reciprocals, and 15 steps in the back substitution.
 // scol: 2 buffers of the two pivot columns (their entry N: the pivot rows' z), 32 of x,
 // 48 of the blocks' inverses: 208 doubles.
-template <bool Lean>
+// GJ (SOLVE 4, forty-sixth session): Gauss-Jordan with the same 2 x 2 pivot blocks. Every
+// row other than the pivot pair is eliminated (rows above it too, with the same
+// instructions the warp issues anyway), so that no L is stored and there is no back
+// substitution: x of pair t is the block's inverse times the pair's final right-hand side.
+// A stays in sg, so the residual reads it there (Lean) and needs no copy in registers.
+template <bool Lean, bool GJ = false>
 __device__ __forceinline__ void solve3(double* sg, double* sL, double* sb, double* scol, unsigned total,
                                        int* flags, int lane) {
+    static_assert(!GJ || Lean, "Gauss-Jordan keeps A in sg: Lean");
     const int i = lane;
     const bool row = i < N;
     double a[N + 1], ra[Lean ? 1 : N];
@@ -455,11 +503,11 @@ __device__ __forceinline__ void solve3(double* sg, double* sL, double* sb, doubl
             sD[3 * t + 1] = i01;
             sD[3 * t + 2] = i11;
         }
-        const bool below = row && i > J + 1;
+        const bool below = row && (GJ ? (i < J || i > J + 1) : i > J + 1);
         const double u0 = a[J], u1 = a[J + 1];
         const double l0 = below ? fma(u0, i00, u1 * i01) : 0.0;
         const double l1 = below ? fma(u0, i01, u1 * i11) : 0.0;
-        if (below) {
+        if (below && !GJ) {
             sL[i * (i + 1) / 2 + J] = l0;
             sL[i * (i + 1) / 2 + J + 1] = l1;
         }
@@ -473,6 +521,8 @@ __device__ __forceinline__ void solve3(double* sg, double* sL, double* sb, doubl
             }
             if (i == J + 2) n0[N] = a[N];
             if (i == J + 3) n1[N] = a[N];
+        } else if (GJ) {
+            a[N] = fma(-l1, c1[N], fma(-l0, c0[N], a[N]));  // the last pair: rows above it
         }
 #pragma unroll
         for (int k = J + 4; k < N; ++k) a[k] = fma(-l1, c1[k], fma(-l0, c0[k], a[k]));
@@ -488,21 +538,23 @@ __device__ __forceinline__ void solve3(double* sg, double* sL, double* sb, doubl
         xi = (i & 1) ? fma(sD[3 * t + 1], z0, sD[3 * t + 2] * z1) : fma(sD[3 * t], z0, sD[3 * t + 1] * z1);
     }
     __syncwarp();
+    if (!GJ)
 #pragma unroll
-    for (int t = N / 2 - 1; t >= 0; --t) {
-        const int J = 2 * t;
-        if (i == J || i == J + 1) sx[i] = xi;
-        __syncwarp();
-        if (i < J)
-            xi = fma(-sL[(J + 1) * (J + 2) / 2 + i], sx[J + 1], fma(-sL[J * (J + 1) / 2 + i], sx[J], xi));
-    }
+        for (int t = N / 2 - 1; t >= 0; --t) {
+            const int J = 2 * t;
+            if (i == J || i == J + 1) sx[i] = xi;
+            __syncwarp();
+            if (i < J)
+                xi = fma(-sL[(J + 1) * (J + 2) / 2 + i], sx[J + 1], fma(-sL[J * (J + 1) / 2 + i], sx[J], xi));
+        }
+    if (GJ && row) sx[i] = xi;
     __syncwarp();
     solve_accept<Lean>(sg, ra, sx, bi0, xi, good, total, flags, sb, lane);
 }
 
 // One pass over this lane's entries of the 6 blocks of 16 x 8 (the packed lower triangle
 // of the 31 x 31 augmented matrix in sg, b in row N): op 0 stores acc, 1 adds sg to acc,
-// 2 stores acc * inv.
+// 2 stores acc * inv, 3 stores (acc + sg) * inv (1 and 2 in one pass, the same bits).
 __device__ __forceinline__ void gram_pass(double (&acc)[6][4], double* sg, int lane, int op, double inv) {
     const int g = lane >> 2, q = lane & 3;
     int k = 0;
@@ -519,8 +571,10 @@ __device__ __forceinline__ void gram_pass(double (&acc)[6][4], double* sg, int l
                         *t = acc[k][e];
                     else if (op == 1)
                         acc[k][e] += *t;
-                    else
+                    else if (op == 2)
                         *t = acc[k][e] * inv;
+                    else
+                        *t = (acc[k][e] + *t) * inv;
                 }
             }
 }
@@ -529,7 +583,8 @@ __device__ __forceinline__ void gram_pass(double (&acc)[6][4], double* sg, int l
 // through sg and stot[0]; with NW 4 (the kept-state kernel only), warps 1-3 store theirs in
 // sg, sgx and sgx + NPK (counts in stot[0..2]) and warp 0 adds the three after one
 // barrier() (among the NW warps). Every one of the NW warps (w < NW) calls this; warp 0
-// then stores the sum scaled by 1 / total and keeps the combined count in total.
+// then stores the sum scaled by 1 / total and keeps the combined count in total (JOIN1,
+// forty-sixth session: with NW 2 in the same pass as the addition).
 template <int NW, typename Barrier>
 __device__ __forceinline__ void gram_join(double (&acc)[6][4], unsigned& total, double* sg, double* sgx,
                                           unsigned* stot, int w, int lane, Barrier barrier) {
@@ -541,7 +596,13 @@ __device__ __forceinline__ void gram_join(double (&acc)[6][4], unsigned& total, 
         barrier();
         if (w == 0) {
             total += *stot;
+#ifdef JOIN1
+            gram_pass(acc, sg, lane, 3, total > 0 ? 1.0 / (double)total : 0.0);
+            __syncwarp();
+            return;
+#else
             gram_pass(acc, sg, lane, 1, 0.0);
+#endif
         }
         __syncwarp();
     } else if constexpr (NW == 4) {
@@ -572,12 +633,27 @@ __device__ __forceinline__ void gram_to_shared(double (&acc)[6][4], unsigned& to
 // The exercise decision of one inner path (row: its D high words; pv: its payoff): where
 // the payoff is positive and at least the continuation psi . beta (separate products and
 // sums from 0, as engine.cu forms it), the cash flow becomes the payoff, paid at s.
+// EXTREE (forty-sixth session, timing only: not the engine's bits): the 30 products summed
+// in a fixed pairwise tree (depth 5) instead of in order (a chain of 29 additions).
 __device__ __forceinline__ void exercise_path(const unsigned* row, double pv, const double* bt,
                                               double& cash, int& cdate, int s) {
     if (pv > 0.0) {
+#ifdef EXTREE
+        double t[32];
+        t[0] = 1.0 * bt[0];
+#pragma unroll
+        for (int k = 0; k < D; ++k) t[k + 1] = (state_high(row, k) * 1.0) * bt[k + 1];
+        t[30] = t[31] = 0.0;
+#pragma unroll
+        for (int w = 1; w < 32; w *= 2)
+#pragma unroll
+            for (int i = 0; i < 32; i += 2 * w) t[i] += t[i + w];
+        const double cont = t[0];
+#else
         double cont = 0.0 + 1.0 * bt[0];
 #pragma unroll
         for (int k = 0; k < D; ++k) cont = cont + (state_high(row, k) * 1.0) * bt[k + 1];
+#endif
         if (pv >= cont) {
             cash = pv;
             cdate = s;
@@ -596,7 +672,9 @@ __device__ __forceinline__ void add_walk_value(double v, double* dst, int lane) 
 template <bool Lean>
 __device__ __forceinline__ void solve_sel(double* sg, double* sL, double* sb, double* scol, unsigned total,
                                           int* flags, int lane) {
-#if SOLVE == 3
+#if SOLVE == 4
+    solve3<true, true>(sg, sL, sb, scol, total, flags, lane);
+#elif SOLVE == 3
     solve3<Lean>(sg, sL, sb, scol, total, flags, lane);
 #else
     solve2<Lean>(sg, sL, sb, scol, total, flags, lane);
@@ -621,12 +699,26 @@ __device__ unsigned long long g_prof[4][8];
 #define PROF_ADD(i, t0) (void)(t0)
 #endif
 
+// SOLVE_NOINLINE (forty-sixth session): the kept-state kernel calls the solver as a separate
+// function, so that ptxas allocates its registers apart from the build's.
+__device__ __noinline__ void solve_call(double* sg, double* sb, double* scol, unsigned total, int* flags,
+                                        int lane) {
+    solve_sel<false>(sg, sg, sb, scol, total, flags, lane);
+}
+
 #ifndef MINB
 #define MINB 5
 #endif
 #define CW (WPB == 4 ? (NCH + 3) / 4 : NCH)
 #define CI(c) (WPB == 4 ? (c) / 4 : (c))
-extern "C" __global__ void __launch_bounds__(32 * WPB, MINB)
+// MAXREG (forty-sixth session): a register cap for the kept-state kernel instead of MINB's
+// (__maxnreg__), e.g. 200 for 5 outer paths per SM.
+#ifdef MAXREG
+#define FW_BOUNDS __maxnreg__(MAXREG)
+#else
+#define FW_BOUNDS __launch_bounds__(32 * WPB, MINB)
+#endif
+extern "C" __global__ void FW_BOUNDS
 fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __restrict__ value,
            double* __restrict__ beta_out, int* __restrict__ flags) {
     extern __shared__ __align__(16) unsigned char smem[];
@@ -655,7 +747,20 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
         cdate[CI(c)] = S;
         if (p < M) sy[p] = cash[CI(c)] * C_DF[1];
     }
+#ifdef BULK
+#if MODE > 1 || defined(IMMA)
+#error "BULK takes MODE 0 or 1 and the FP64 build"
+#endif
+    static_assert(WPB <= 4, "BULK takes WPB 1, 2 or 4");
+    unsigned long long* const mb = (unsigned long long*)(smem + SMEM_BYTES - BULK_BYTES);
+    if (lane == 0)
+        for (int c = w; c < NCH; c += WPB) mbar_init(mb + c);
+    __syncwarp();
+    if (lane == 0)
+        for (int c = w; c < NCH; c += WPB) issue_chunk_bulk(sh, sp, base + (long long)(S - 1) * BLOCK_WORDS, c, mb);
+#else
     for (int c = w; c < NCH; c += WPB) issue_chunk(sh, sp, base + (long long)(S - 1) * BLOCK_WORDS, c, lane);
+#endif
     const int mine = (NCH - w + WPB - 1) / WPB;  // chunks of this warp
 #ifdef PROF
     unsigned prof[6] = {0, 0, 0, 0, 0, 0};  // one walk's spans fit 32 bits
@@ -710,7 +815,11 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
         for (int k = 0; k < 6; ++k) acc[k][0] = acc[k][1] = acc[k][2] = acc[k][3] = 0.0;
 #pragma unroll 1
         for (int c = w; c < NCH; c += WPB) {
+#ifdef BULK
+            mbar_wait(mb + c, (S - 1 - s) & 1);
+#else
             wait_pending(mine - 1 - (c - w) / WPB);
+#endif
             __syncwarp();
             PROF_ADD(0, pt);
             const int p0 = 32 * c;
@@ -786,7 +895,11 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
             if (i < N) sb[i] = ok ? xi : (i == 0 ? sg[N * (N + 1) / 2] : 0.0);
         }
 #elif MODE == 0
+#ifdef SOLVE_NOINLINE
+        if (w == 0) solve_call(sg, sb, scol, total, flags, lane);
+#else
         if (w == 0) solve_sel<false>(sg, sg, sb, scol, total, flags, lane);
+#endif
 #else
         if (w == 0 && lane < N) sb[lane] = lane == 0 ? 0.05 : 0.001;
 #endif
@@ -814,7 +927,11 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
             if (p < M) cash[CI(c)] += sp[p] * 1e-3 + (double)sh[p * D + (s % D)] * 1e-12;
 #endif
             __syncwarp();
+#ifdef BULK
+            if (s > 0 && lane == 0) issue_chunk_bulk(sh, sp, nxt, c, mb);
+#else
             if (s > 0) issue_chunk(sh, sp, nxt, c, lane);
+#endif
         }
         PROF_ADD(4, pt);
 #if WPB > 1
