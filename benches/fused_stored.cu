@@ -31,11 +31,14 @@
 // -DIMMA (kept-state kernel, WPB 1 or 2) builds the Gram exactly on the 8-bit integer
 // tensor cores from byte slices of the states ("Forty-sixth session": 0.128 s, slower:
 // the slicing costs more integer work per state than the FP64 DMMA it replaces).
-// -DNOSKIP drops the build's branch over groups of 8 paths of which none enters: the best
-// variant is now SOLVE 3, WPB 2, MINB 4, NOSKIP at 0.0893-0.0905 s (40.2 M/s, forty-sixth
-// session). -DPROF prints each warp's cycles per date by phase; -DSMEM_PAD=bytes holds
-// fewer outer paths per SM. Variants measured and dropped (REGPAY, KLEAN, EXFIRST, another
-// cash layout): commit 229a4dc.
+// Forty-sixth session: -DNOSKIP drops the build's branch over groups of 8 paths of which
+// none enters; -DBULK copies the chunks by TMA bulk copies on mbarriers; -DJOIN1 joins the
+// two warps' Grams in one pass; SOLVE 4 is Gauss-Jordan with 2 x 2 pivot blocks (no back
+// substitution); -DSOLVE_NOINLINE calls the solver as a separate function. The best variant:
+// SOLVE 4, WPB 2, MINB 4, NOSKIP, BULK, JOIN1, SOLVE_NOINLINE at 0.0811-0.0826 s per 3.6 M
+// regressions (43.6-44.4 M/s). -DPROF prints each warp's cycles per date by phase;
+// -DSMEM_PAD=bytes holds fewer outer paths per SM. Variants measured and dropped: REGPAY,
+// KLEAN, EXFIRST, another cash layout (commit 229a4dc); EXTREE, MAXREG (commit 82e56e4).
 #include "prelude.cu"
 #include "rcp.cu"
 
@@ -633,27 +636,12 @@ __device__ __forceinline__ void gram_to_shared(double (&acc)[6][4], unsigned& to
 // The exercise decision of one inner path (row: its D high words; pv: its payoff): where
 // the payoff is positive and at least the continuation psi . beta (separate products and
 // sums from 0, as engine.cu forms it), the cash flow becomes the payoff, paid at s.
-// EXTREE (forty-sixth session, timing only: not the engine's bits): the 30 products summed
-// in a fixed pairwise tree (depth 5) instead of in order (a chain of 29 additions).
 __device__ __forceinline__ void exercise_path(const unsigned* row, double pv, const double* bt,
                                               double& cash, int& cdate, int s) {
     if (pv > 0.0) {
-#ifdef EXTREE
-        double t[32];
-        t[0] = 1.0 * bt[0];
-#pragma unroll
-        for (int k = 0; k < D; ++k) t[k + 1] = (state_high(row, k) * 1.0) * bt[k + 1];
-        t[30] = t[31] = 0.0;
-#pragma unroll
-        for (int w = 1; w < 32; w *= 2)
-#pragma unroll
-            for (int i = 0; i < 32; i += 2 * w) t[i] += t[i + w];
-        const double cont = t[0];
-#else
         double cont = 0.0 + 1.0 * bt[0];
 #pragma unroll
         for (int k = 0; k < D; ++k) cont = cont + (state_high(row, k) * 1.0) * bt[k + 1];
-#endif
         if (pv >= cont) {
             cash = pv;
             cdate = s;
@@ -711,14 +699,7 @@ __device__ __noinline__ void solve_call(double* sg, double* sb, double* scol, un
 #endif
 #define CW (WPB == 4 ? (NCH + 3) / 4 : NCH)
 #define CI(c) (WPB == 4 ? (c) / 4 : (c))
-// MAXREG (forty-sixth session): a register cap for the kept-state kernel instead of MINB's
-// (__maxnreg__), e.g. 200 for 5 outer paths per SM.
-#ifdef MAXREG
-#define FW_BOUNDS __maxnreg__(MAXREG)
-#else
-#define FW_BOUNDS __launch_bounds__(32 * WPB, MINB)
-#endif
-extern "C" __global__ void FW_BOUNDS
+extern "C" __global__ void __launch_bounds__(32 * WPB, MINB)
 fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __restrict__ value,
            double* __restrict__ beta_out, int* __restrict__ flags) {
     extern __shared__ __align__(16) unsigned char smem[];
