@@ -38,7 +38,8 @@
 // SOLVE 4, WPB 2, MINB 4, NOSKIP, BULK, JOIN1, SOLVE_NOINLINE at 0.0811-0.0826 s per 3.6 M
 // regressions (43.6-44.4 M/s). -DPROF prints each warp's cycles per date by phase;
 // -DSMEM_PAD=bytes holds fewer outer paths per SM. Variants measured and dropped: REGPAY,
-// KLEAN, EXFIRST, another cash layout (commit 229a4dc); EXTREE, MAXREG (commit 82e56e4).
+// KLEAN, EXFIRST, another cash layout (commit 229a4dc); EXTREE, MAXREG (commit 82e56e4);
+// CASH_OWN, YSHFL (commit 37d1b0c).
 #include "prelude.cu"
 #include "rcp.cu"
 
@@ -59,15 +60,7 @@
 #define NCH 10                // chunks of 32 inner paths
 #define BLOCK_WORDS (2 * M * D)  // one (outer path, date) block: m x d doubles
 #define NPK (31 * 32 / 2)     // packed lower triangle of the 31 x 31 augmented matrix
-#define SMEM_BYTES (M * D * 4 + M * 8 + (YSHFL_ON ? 0 : M * 8) + NPK * 8 + 32 * 8 + SCOL * 8 + 16 + (WPB == 4 ? 2 * NPK * 8 : 0) + IMMA_BYTES + BULK_BYTES)
-// YSHFL (forty-sixth session; with CASH_OWN, WPB 2, the FP64 build): y of the warp's own
-// paths in registers, to the build by shuffles, so that the block has no y array (2.4 KB
-// less shared memory).
-#ifdef YSHFL
-#define YSHFL_ON 1
-#else
-#define YSHFL_ON 0
-#endif
+#define SMEM_BYTES (M * D * 4 + M * 8 + M * 8 + NPK * 8 + 32 * 8 + SCOL * 8 + 16 + (WPB == 4 ? 2 * NPK * 8 : 0) + IMMA_BYTES + BULK_BYTES)
 #ifdef BULK
 #define BULK_BYTES (NCH * 8)  // the chunks' mbarriers, last
 #else
@@ -257,14 +250,6 @@ __device__ __forceinline__ void build_chunk(double (&acc)[6][4], unsigned& total
     const unsigned mask = __ballot_sync(0xffffffffu, f);
     total += __popc(mask);
     build_chunk_mask(acc, hb, mask, [&](int, int p) { return WithY ? yb[p] : 0.0; }, lane);
-}
-
-// YSHFL: build_chunk with path p's y in lane p's register y.
-__device__ __forceinline__ void build_chunk_y(double (&acc)[6][4], unsigned& total, const unsigned* hb,
-                                              const double* pb, double y, int np, int lane) {
-    const unsigned mask = __ballot_sync(0xffffffffu, lane < np && pb[lane] > 0.0);
-    total += __popc(mask);
-    build_chunk_mask(acc, hb, mask, [&](int pl, int) { return __shfl_sync(0xffffffffu, y, pl); }, lane);
 }
 
 
@@ -713,23 +698,16 @@ __device__ __noinline__ void solve_call(double* sg, double* sb, double* scol, un
 #ifndef MINB
 #define MINB 5
 #endif
-// CASH_OWN (forty-sixth session): only this warp's chunks' slots (c / WPB), not NCH slots
-// of which WPB 2 uses half.
-#ifdef CASH_OWN
-#define CW ((NCH + WPB - 1) / WPB)
-#define CI(c) ((c) / WPB)
-#else
 #define CW (WPB == 4 ? (NCH + 3) / 4 : NCH)
 #define CI(c) (WPB == 4 ? (c) / 4 : (c))
-#endif
 extern "C" __global__ void __launch_bounds__(32 * WPB, MINB)
 fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __restrict__ value,
            double* __restrict__ beta_out, int* __restrict__ flags) {
     extern __shared__ __align__(16) unsigned char smem[];
     unsigned* const sh = (unsigned*)smem;           // M * D high words
     double* const sp = (double*)(sh + M * D);       // M payoffs
-    double* const sy = YSHFL_ON ? nullptr : sp + M;  // M discounted cash flows
-    double* const sg = (YSHFL_ON ? sp : sy) + M;      // packed [Psi y]^T [Psi y]
+    double* const sy = sp + M;                      // M discounted cash flows
+    double* const sg = sy + M;                      // packed [Psi y]^T [Psi y]
     double* const sb = sg + NPK;                    // beta
     double* const scol = sb + 32;                   // the solver's SCOL doubles
     unsigned* const stot = (unsigned*)(scol + SCOL);  // warps 1.. counts of entering paths (WPB 2, 4)
@@ -743,27 +721,13 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
     // The cash flows of chunk c in cash[CI(c)] (with WPB 4 only this warp's chunks, c = w mod 4).
     double cash[CW];
     int cdate[CW];
-#ifdef YSHFL
-#if !defined(CASH_OWN) || WPB != 2 || MODE > 1 || defined(IMMA)
-#error "YSHFL takes CASH_OWN, WPB 2, MODE 0 or 1 and the FP64 build"
-#endif
-    double yr[CW];  // y of this warp's chunks' paths
-#endif
 #pragma unroll
     for (int c = 0; c < NCH; ++c) {
-#ifdef CASH_OWN
-        if (c % WPB != w) continue;
-#else
         if (WPB == 4 && c % 4 != w) continue;
-#endif
         const int p = 32 * c + lane;
         cash[CI(c)] = p < M ? initial_cash(l, p) : 0.0;
         cdate[CI(c)] = S;
-#ifdef YSHFL
-        yr[CI(c)] = cash[CI(c)] * C_DF[1];
-#else
         if (p < M) sy[p] = cash[CI(c)] * C_DF[1];
-#endif
     }
 #ifdef BULK
 #if MODE > 1 || defined(IMMA)
@@ -831,14 +795,8 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
         double acc[6][4];
 #pragma unroll
         for (int k = 0; k < 6; ++k) acc[k][0] = acc[k][1] = acc[k][2] = acc[k][3] = 0.0;
-#ifdef YSHFL
-#pragma unroll
-        for (int j = 0; j < CW; ++j) {
-            const int c = w + WPB * j;
-#else
 #pragma unroll 1
         for (int c = w; c < NCH; c += WPB) {
-#endif
 #ifdef BULK
             mbar_wait(mb + c, (S - 1 - s) & 1);
 #else
@@ -847,11 +805,7 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
             __syncwarp();
             PROF_ADD(0, pt);
             const int p0 = 32 * c;
-#ifdef YSHFL
-            build_chunk_y(acc, total, sh + p0 * D, sp + p0, yr[j], min(32, M - p0), lane);
-#else
             build_chunk(acc, total, sh + p0 * D, sp + p0, sy + p0, min(32, M - p0), lane);
-#endif
             PROF_ADD(1, pt);
         }
         gram_to_shared(acc, total, sg, sgx, stot, w, lane);
@@ -949,11 +903,7 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
 #if MODE <= 2
             if (p < M) {
                 exercise_path(sh + p * D, sp[p], bt, cash[CI(c)], cdate[CI(c)], s);
-#ifdef YSHFL
-                if (s > 0) yr[CI(c)] = cash[CI(c)] * C_DF[cdate[CI(c)] - (s - 1)];
-#else
                 if (s > 0) sy[p] = cash[CI(c)] * C_DF[cdate[CI(c)] - (s - 1)];
-#endif
             }
 #else
             if (p < M) cash[CI(c)] += sp[p] * 1e-3 + (double)sh[p * D + (s % D)] * 1e-12;
