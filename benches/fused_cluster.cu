@@ -146,8 +146,7 @@ fused_date(unsigned first_outer, unsigned date, int steps, const double* __restr
     double* xs = xs_all + tid * SXS;
     float* zr = zbase + tid;
     NormalStream ns;
-    stream_init(ns, 0, first_outer + l, date, (unsigned)mm);
-    fixed_keys(ns);
+    stream_init(ns, PATHS_SEED, first_outer + l, date, (unsigned)mm);
     double cash = 0.0;
     int cash_date = steps;
     for (int i = 0; i < D; ++i) xs[i] = 0.0;  // dead rows stay 0 (the build reads them)
@@ -391,14 +390,7 @@ fused_date(unsigned first_outer, unsigned date, int steps, const double* __restr
 }
 
 #ifndef __CUDACC_RTC__
-#define CK(x)                                                                          \
-    do {                                                                               \
-        cudaError_t e = (x);                                                           \
-        if (e != cudaSuccess) {                                                        \
-            printf("CUDA %s at %d: %s\n", #x, __LINE__, cudaGetErrorString(e));        \
-            exit(1);                                                                   \
-        }                                                                              \
-    } while (0)
+#include "cuda_check.h"
 
 int main(int argc, char** argv) {
     const int outer = argc > 1 ? atoi(argv[1]) : 100000;

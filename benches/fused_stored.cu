@@ -193,6 +193,28 @@ __device__ __forceinline__ void issue_chunk_bulk(unsigned* sh, double* sp, const
 }
 #endif
 
+// The 6 blocks of 16 x 8 that cover the lower [Psi y]^T [Psi y] (rows 16 R.., columns
+// 8 J.., J <= 2 R + 1): f(R, J, k) for block k = 0..5 in that order.
+template <typename F>
+__device__ __forceinline__ void for_lower_blocks(F f) {
+    int k = 0;
+#pragma unroll
+    for (int R = 0; R < 2; ++R)
+#pragma unroll
+        for (int J = 0; J < 4 && J <= 2 * R + 1; ++J, ++k) f(R, J, k);
+}
+
+// This lane's 4 entries of each of those blocks in the MMA accumulator layout:
+// f(k, e, row, column) for accumulator acc[k][e].
+template <typename F>
+__device__ __forceinline__ void for_lane_entries(int lane, F f) {
+    const int g = lane >> 2, q = lane & 3;
+    for_lower_blocks([&](int R, int J, int k) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) f(k, e, 16 * R + g + 8 * (e >> 1), 8 * J + 2 * q + (e & 1));
+    });
+}
+
 // The build's work on one chunk of up to 32 inner paths: rows hb[p * D ..] (high words),
 // the paths that enter in mask (bit p), y_p from yof(p) (a call every lane makes). The
 // pipeline build's fragments and DMMA order (regression.cu, TC_K 8); acc: the 6 blocks of
@@ -227,16 +249,11 @@ __device__ __forceinline__ void build_chunk_mask(double (&acc)[6][4], const unsi
                 v[I][h] = enters ? val : 0.0;
             }
         }
-        int k = 0;
-#pragma unroll
-        for (int R = 0; R < 2; ++R)
-#pragma unroll
-            for (int J = 0; J < 4 && J <= 2 * R + 1; ++J, ++k)
 #ifdef __CUDA_ARCH__
-                mma_m16n8k8_f64(acc[k], v[2 * R][0], v[2 * R + 1][0], v[2 * R][1], v[2 * R + 1][1],
-                                v[J][0], v[J][1]);
-#else
-                ;
+        for_lower_blocks([&](int R, int J, int k) {
+            mma_m16n8k8_f64(acc[k], v[2 * R][0], v[2 * R + 1][0], v[2 * R][1], v[2 * R + 1][1], v[J][0],
+                            v[J][1]);
+        });
 #endif
     }
 }
@@ -333,34 +350,22 @@ __device__ __forceinline__ void build_chunk_imma(int (&acc)[5][6][4], double (&b
 #pragma unroll
     for (int a = 0; a < 3; ++a)
 #pragma unroll
-        for (int b = 0; b < 3; ++b) {
-            int k = 0;
-#pragma unroll
-            for (int R = 0; R < 2; ++R)
-#pragma unroll
-                for (int J = 0; J < 4 && J <= 2 * R + 1; ++J, ++k)
-                    mma_u8(acc[a + b][k], sl[a][2 * R][0], sl[a][2 * R + 1][0], sl[a][2 * R][1],
-                           sl[a][2 * R + 1][1], sl[b][J][0], sl[b][J][1]);
-        }
+        for (int b = 0; b < 3; ++b)
+            for_lower_blocks([&](int R, int J, int k) {
+                mma_u8(acc[a + b][k], sl[a][2 * R][0], sl[a][2 * R + 1][0], sl[a][2 * R][1], sl[a][2 * R + 1][1],
+                       sl[b][J][0], sl[b][J][1]);
+            });
 }
 
 // The integer sums of build_chunk_imma as the FP64 blocks of build_chunk (b not in them).
 __device__ __forceinline__ void imma_to_f64(const int (&acc)[5][6][4], double (&d)[6][4], int lane) {
-    const int g = lane >> 2, q = lane & 3;
-    int k = 0;
+    for_lane_entries(lane, [&](int k, int e, int r, int c) {
+        long long v = acc[0][k][e];
 #pragma unroll
-    for (int R = 0; R < 2; ++R)
-#pragma unroll
-        for (int J = 0; J < 4 && J <= 2 * R + 1; ++J, ++k)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int r = 16 * R + g + 8 * (e >> 1), c = 8 * J + 2 * q + (e & 1);
-                long long v = acc[0][k][e];
-#pragma unroll
-                for (int w = 1; w < 5; ++w) v = v * 256 + acc[w][k][e];
-                const double sc = (r == 0 ? 1.0 : ldexp(1.0, IMMA_E0 - 20)) * (c == 0 ? 1.0 : ldexp(1.0, IMMA_E0 - 20));
-                d[k][e] = __ll2double_rn(v) * sc;
-            }
+        for (int w = 1; w < 5; ++w) v = v * 256 + acc[w][k][e];
+        const double sc = (r == 0 ? 1.0 : ldexp(1.0, IMMA_E0 - 20)) * (c == 0 ? 1.0 : ldexp(1.0, IMMA_E0 - 20));
+        d[k][e] = __ll2double_rn(v) * sc;
+    });
 }
 #endif
 
@@ -560,27 +565,19 @@ __device__ __forceinline__ void solve3(double* sg, double* sL, double* sb, doubl
 // of the 31 x 31 augmented matrix in sg, b in row N): op 0 stores acc, 1 adds sg to acc,
 // 2 stores acc * inv, 3 stores (acc + sg) * inv (1 and 2 in one pass, the same bits).
 __device__ __forceinline__ void gram_pass(double (&acc)[6][4], double* sg, int lane, int op, double inv) {
-    const int g = lane >> 2, q = lane & 3;
-    int k = 0;
-#pragma unroll
-    for (int R = 0; R < 2; ++R)
-#pragma unroll
-        for (int J = 0; J < 4 && J <= 2 * R + 1; ++J, ++k)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int r = 16 * R + g + 8 * (e >> 1), cc = 8 * J + 2 * q + (e & 1);
-                if (r <= N && cc <= r && cc < N) {
-                    double* t = sg + r * (r + 1) / 2 + cc;
-                    if (op == 0)
-                        *t = acc[k][e];
-                    else if (op == 1)
-                        acc[k][e] += *t;
-                    else if (op == 2)
-                        *t = acc[k][e] * inv;
-                    else
-                        *t = (acc[k][e] + *t) * inv;
-                }
-            }
+    for_lane_entries(lane, [&](int k, int e, int r, int cc) {
+        if (r <= N && cc <= r && cc < N) {
+            double* t = sg + r * (r + 1) / 2 + cc;
+            if (op == 0)
+                *t = acc[k][e];
+            else if (op == 1)
+                acc[k][e] += *t;
+            else if (op == 2)
+                *t = acc[k][e] * inv;
+            else
+                *t = (acc[k][e] + *t) * inv;
+        }
+    });
 }
 
 // The Gram of NW warps into sg: with NW 2, warp 1's partial sums (acc, total) join warp 0's
@@ -1253,14 +1250,7 @@ fused_ahead(const unsigned* __restrict__ st, int S, long long outer, double* __r
 #endif
 
 #ifndef __CUDACC_RTC__
-#define CK(x)                                                                   \
-    do {                                                                        \
-        cudaError_t e = (x);                                                    \
-        if (e != cudaSuccess) {                                                 \
-            printf("CUDA %s at %d: %s\n", #x, __LINE__, cudaGetErrorString(e)); \
-            exit(1);                                                            \
-        }                                                                       \
-    } while (0)
+#include "cuda_check.h"
 
 // Host check of one outer path at S = 1: the Gram in long double from the same basis
 // values, the normal equations by Gaussian elimination, against the kernel's beta.

@@ -4,18 +4,9 @@
 // fragments' layout on a small Gram, X^T X for 32 rows of bytes over 32 columns (k).
 // Build and run on the GPU machine (repository root):
 //   nvcc -O3 -arch=sm_90 -std=c++17 benches/mma_rates.cu -o mr && ./mr
-#include <cstdio>
-#include <cstdlib>
 #include <vector>
 
-#define CK(x)                                                                       \
-    do {                                                                            \
-        cudaError_t e_ = (x);                                                       \
-        if (e_ != cudaSuccess) {                                                    \
-            fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-            exit(1);                                                                \
-        }                                                                           \
-    } while (0)
+#include "cuda_check.h"
 
 __device__ __forceinline__ void imma(int (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
                                      unsigned b0, unsigned b1) {
@@ -35,38 +26,36 @@ __device__ __forceinline__ void dmma(double (&d)[4], double a0, double a1, doubl
         : "d"(a0), "d"(a1), "d"(a2), "d"(a3), "d"(b0), "d"(b1));
 }
 
-// CH independent accumulators per warp, ITER rounds; the sum goes out so that nothing is
-// dead. cyc[warp] = the warp's clock64 span.
-template <int CH>
-__global__ void imma_run(int iter, void* outv, long long* cyc) {
-    int* out = (int*)outv;
-    const unsigned lane = threadIdx.x & 31;
-    unsigned a = 0x01010101u * (lane + 1), b = 0x02020202u ^ lane;
-    int acc[CH][4] = {};
-    const long long t0 = clock64();
-    for (int i = 0; i < iter; ++i)
-#pragma unroll
-        for (int c = 0; c < CH; ++c) imma(acc[c], a, a + c, a ^ c, a, b, b + c);
-    const long long t1 = clock64();
-    int s = 0;
-#pragma unroll
-    for (int c = 0; c < CH; ++c) s += acc[c][0] + acc[c][1] + acc[c][2] + acc[c][3];
-    out[blockIdx.x * blockDim.x + threadIdx.x] = s;
-    if (lane == 0) cyc[(blockIdx.x * blockDim.x + threadIdx.x) >> 5] = t1 - t0;
-}
+// The two MMAs measured, each with its accumulator type and fixed operands.
+struct Imma {
+    using Acc = int;
+    static constexpr long long kFlops = 2LL * 16 * 8 * 32;
+    static __device__ void step(int (&d)[4], unsigned lane, int c) {
+        const unsigned a = 0x01010101u * (lane + 1), b = 0x02020202u ^ lane;
+        imma(d, a, a + c, a ^ c, a, b, b + c);
+    }
+};
+struct Dmma {
+    using Acc = double;
+    static constexpr long long kFlops = 2LL * 16 * 8 * 8;
+    static __device__ void step(double (&d)[4], unsigned lane, int) {
+        const double a = 1.0 + lane * 1e-3, b = 1.0 - lane * 1e-3;
+        dmma(d, a, a, a, a, b, b);
+    }
+};
 
-template <int CH>
-__global__ void dmma_run(int iter, void* outv, long long* cyc) {
-    double* out = (double*)outv;
+// CH independent accumulators per warp, ITER rounds of Op's MMA; the sum goes out so that
+// nothing is dead. cyc[warp] = the warp's clock64 span.
+template <class Op, int CH>
+__global__ void mma_run(int iter, typename Op::Acc* out, long long* cyc) {
     const unsigned lane = threadIdx.x & 31;
-    double a = 1.0 + lane * 1e-3, b = 1.0 - lane * 1e-3;
-    double acc[CH][4] = {};
+    typename Op::Acc acc[CH][4] = {};
     const long long t0 = clock64();
     for (int i = 0; i < iter; ++i)
 #pragma unroll
-        for (int c = 0; c < CH; ++c) dmma(acc[c], a, a, a, a, b, b);
+        for (int c = 0; c < CH; ++c) Op::step(acc[c], lane, c);
     const long long t1 = clock64();
-    double s = 0;
+    typename Op::Acc s = 0;
 #pragma unroll
     for (int c = 0; c < CH; ++c) s += acc[c][0] + acc[c][1] + acc[c][2] + acc[c][3];
     out[blockIdx.x * blockDim.x + threadIdx.x] = s;
@@ -94,16 +83,17 @@ __global__ void imma_gram(const unsigned char* x, int* g) {
         }
 }
 
-template <class K>
-static void timeit(const char* name, K kern, int blocks, int threads, int iter, int ch, long long flop_per_mma,
-                   void* out, long long* cyc) {
-    kern<<<blocks, threads>>>(iter, out, cyc);  // warm-up
+template <class Op, int CH>
+static void timeit(const char* name, int blocks, int threads, int iter, void* out, long long* cyc) {
+    auto kern = mma_run<Op, CH>;
+    typename Op::Acc* o = (typename Op::Acc*)out;
+    kern<<<blocks, threads>>>(iter, o, cyc);  // warm-up
     CK(cudaDeviceSynchronize());
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     CK(cudaEventRecord(e0));
-    kern<<<blocks, threads>>>(iter, out, cyc);
+    kern<<<blocks, threads>>>(iter, o, cyc);
     CK(cudaEventRecord(e1));
     CK(cudaEventSynchronize(e1));
     float ms = 0;
@@ -113,9 +103,9 @@ static void timeit(const char* name, K kern, int blocks, int threads, int iter, 
     CK(cudaMemcpy(c.data(), cyc, warps * sizeof(long long), cudaMemcpyDeviceToHost));
     long long mx = 0;
     for (long long v : c) mx = v > mx ? v : mx;
-    const double mmas = (double)warps * iter * ch;
+    const double mmas = (double)warps * iter * CH;
     printf("%-6s blocks %4d warps/block %2d chains %2d: %.3f ms, %.1f T(FL)OP/s, %.2f cycles per MMA per warp (max span)\n",
-           name, blocks, threads / 32, ch, ms, mmas * flop_per_mma / (ms * 1e-3) / 1e12, (double)mx / (iter * ch));
+           name, blocks, threads / 32, CH, ms, mmas * Op::kFlops / (ms * 1e-3) / 1e12, (double)mx / (iter * CH));
 }
 
 int main() {
@@ -154,14 +144,14 @@ int main() {
     CK(cudaMalloc(&out, (size_t)maxw * 32 * 8));
     CK(cudaMalloc(&cyc, (size_t)maxw * 8));
     const int it = 4096;
-    // Latency: one warp, one chain. Throughput: 4, 8, 16 warps per SM with 8 chains.
-    timeit("imma", imma_run<1>, 1, 32, it, 1, 2LL * 16 * 8 * 32, out, cyc);
-    timeit("dmma", dmma_run<1>, 1, 32, it, 1, 2LL * 16 * 8 * 8, out, cyc);
+    // Latency: one warp, one chain. Throughput: 1-16 warps per SM with 8 chains, and 8 with 4.
+    timeit<Imma, 1>("imma", 1, 32, it, out, cyc);
+    timeit<Dmma, 1>("dmma", 1, 32, it, out, cyc);
     for (int w : {1, 2, 4, 8, 16}) {
-        timeit("imma", imma_run<8>, sms, 32 * w, it, 8, 2LL * 16 * 8 * 32, out, cyc);
-        timeit("dmma", dmma_run<8>, sms, 32 * w, it, 8, 2LL * 16 * 8 * 8, out, cyc);
+        timeit<Imma, 8>("imma", sms, 32 * w, it, out, cyc);
+        timeit<Dmma, 8>("dmma", sms, 32 * w, it, out, cyc);
     }
-    timeit("imma", imma_run<4>, sms, 32 * 8, it, 4, 2LL * 16 * 8 * 32, out, cyc);
-    timeit("dmma", dmma_run<4>, sms, 32 * 8, it, 4, 2LL * 16 * 8 * 8, out, cyc);
+    timeit<Imma, 4>("imma", sms, 32 * 8, it, out, cyc);
+    timeit<Dmma, 4>("dmma", sms, 32 * 8, it, out, cyc);
     return bad != 0;
 }
