@@ -284,15 +284,7 @@ __device__ __forceinline__ void build_chunk(double (&acc)[6][4], unsigned& total
 #ifndef IMMA_E0
 #define IMMA_E0 (-2)
 #endif
-__device__ __forceinline__ void mma_u8(int (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                       unsigned b0, unsigned b1) {
-#ifdef __CUDA_ARCH__
-    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#endif
-}
+#include "mma_u8.cuh"
 
 // One chunk of up to 32 inner paths (as build_chunk). Lane (g, q) forms features
 // f = 8 o + g (o < 4; 0 the constant, 1..D the states, the rest 0) of paths
@@ -771,7 +763,7 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
                 bacc[o] += __shfl_xor_sync(0xffffffffu, bacc[o], 1);
                 bacc[o] += __shfl_xor_sync(0xffffffffu, bacc[o], 2);
             }
-            double* const sbx = sgx + (WPB == 4 ? 2 * NPK : 0);
+            double* const sbx = sgx;  // WPB <= 2: the slot after stot
             if (w == 1 && (lane & 3) == 0)
 #pragma unroll
                 for (int o = 0; o < 4; ++o) sbx[8 * o + (lane >> 2)] = bacc[o];

@@ -3,28 +3,12 @@
 // u8 x u8 -> s32) against the FP64 one (m16n8k8) on this GPU, and a check of the integer
 // fragments' layout on a small Gram, X^T X for 32 rows of bytes over 32 columns (k).
 // Build and run on the GPU machine (repository root):
-//   nvcc -O3 -arch=sm_90 -std=c++17 benches/mma_rates.cu -o mr && ./mr
+//   nvcc -O3 -arch=sm_90 -std=c++17 -I kernels/cuda benches/mma_rates.cu -o mr && ./mr
 #include <vector>
 
 #include "cuda_check.h"
-
-__device__ __forceinline__ void imma(int (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                     unsigned b0, unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void dmma(double (&d)[4], double a0, double a1, double a2, double a3,
-                                     double b0, double b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};"
-        : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
-        : "d"(a0), "d"(a1), "d"(a2), "d"(a3), "d"(b0), "d"(b1));
-}
+#include "mma_u8.cuh"
+#include "prelude.cu"  // mma_m16n8k8_f64
 
 // The two MMAs measured, each with its accumulator type and fixed operands.
 struct Imma {
@@ -32,7 +16,7 @@ struct Imma {
     static constexpr long long kFlops = 2LL * 16 * 8 * 32;
     static __device__ void step(int (&d)[4], unsigned lane, int c) {
         const unsigned a = 0x01010101u * (lane + 1), b = 0x02020202u ^ lane;
-        imma(d, a, a + c, a ^ c, a, b, b + c);
+        mma_u8(d, a, a + c, a ^ c, a, b, b + c);
     }
 };
 struct Dmma {
@@ -40,7 +24,9 @@ struct Dmma {
     static constexpr long long kFlops = 2LL * 16 * 8 * 8;
     static __device__ void step(double (&d)[4], unsigned lane, int) {
         const double a = 1.0 + lane * 1e-3, b = 1.0 - lane * 1e-3;
-        dmma(d, a, a, a, a, b, b);
+#ifdef __CUDA_ARCH__
+        mma_m16n8k8_f64(d, a, a, a, a, b, b);
+#endif
     }
 };
 
@@ -74,7 +60,7 @@ __global__ void imma_gram(const unsigned char* x, int* g) {
     for (int R = 0; R < 2; ++R)
         for (int J = 0; J < 4; ++J) {
             int acc[4] = {0, 0, 0, 0};
-            imma(acc, r[2 * R][0], r[2 * R + 1][0], r[2 * R][1], r[2 * R + 1][1], r[J][0], r[J][1]);
+            mma_u8(acc, r[2 * R][0], r[2 * R + 1][0], r[2 * R][1], r[2 * R + 1][1], r[J][0], r[J][1]);
             const int row = 16 * R + gi, col = 8 * J + 2 * q;
             g[row * 32 + col] = acc[0];
             g[row * 32 + col + 1] = acc[1];
