@@ -30,6 +30,51 @@ struct Dmma {
     }
 };
 
+// The other FP64 shapes (forty-seventh session): m8n8k4 (256 multiply-adds, d[0..1]),
+// m16n8k4 (512) and m16n8k16 (2,048).
+struct Dmma884 {
+    using Acc = double;
+    static constexpr long long kFlops = 2LL * 8 * 8 * 4;
+    static __device__ void step(double (&d)[4], unsigned lane, int) {
+        const double a = 1.0 + lane * 1e-3, b = 1.0 - lane * 1e-3;
+        asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
+            : "+d"(d[0]), "+d"(d[1])
+            : "d"(a), "d"(b));
+    }
+};
+struct Dmma1684 {
+    using Acc = double;
+    static constexpr long long kFlops = 2LL * 16 * 8 * 4;
+    static __device__ void step(double (&d)[4], unsigned lane, int) {
+        const double a = 1.0 + lane * 1e-3, b = 1.0 - lane * 1e-3;
+        asm("mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
+            : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+            : "d"(a), "d"(a), "d"(b));
+    }
+};
+struct Dmma16816 {
+    using Acc = double;
+    static constexpr long long kFlops = 2LL * 16 * 8 * 16;
+    static __device__ void step(double (&d)[4], unsigned lane, int) {
+        const double a = 1.0 + lane * 1e-3, b = 1.0 - lane * 1e-3;
+        asm("mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, {%4, %5, %6, %7, %8, %9, %10, "
+            "%11}, {%12, %13, %14, %15}, {%0, %1, %2, %3};"
+            : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+            : "d"(a), "d"(a), "d"(a), "d"(a), "d"(a), "d"(a), "d"(a), "d"(a), "d"(b), "d"(b), "d"(b), "d"(b));
+    }
+};
+
+// A plain FP64 FMA (one per lane: 32 multiply-adds per warp instruction), for its latency
+// and issue rate next to the MMAs'.
+struct Dfma {
+    using Acc = double;
+    static constexpr long long kFlops = 2LL * 32;
+    static __device__ void step(double (&d)[4], unsigned lane, int) {
+        const double a = 1.0 - lane * 1e-9, b = lane * 1e-12;
+        d[0] = fma(d[0], a, b);
+    }
+};
+
 // CH independent accumulators per warp, ITER rounds of Op's MMA; the sum goes out so that
 // nothing is dead. cyc[warp] = the warp's clock64 span.
 template <class Op, int CH>
@@ -139,5 +184,15 @@ int main() {
     }
     timeit<Imma, 4>("imma", sms, 32 * 8, it, out, cyc);
     timeit<Dmma, 4>("dmma", sms, 32 * 8, it, out, cyc);
+    timeit<Dmma884, 1>("d884", 1, 32, it, out, cyc);
+    timeit<Dmma1684, 1>("d1684", 1, 32, it, out, cyc);
+    timeit<Dmma16816, 1>("d16816", 1, 32, it, out, cyc);
+    timeit<Dfma, 1>("dfma", 1, 32, it, out, cyc);
+    for (int w : {1, 2, 4, 8}) timeit<Dfma, 8>("dfma", sms, 32 * w, it, out, cyc);
+    for (int w : {1, 2, 8}) {
+        timeit<Dmma884, 8>("d884", sms, 32 * w, it, out, cyc);
+        timeit<Dmma1684, 8>("d1684", sms, 32 * w, it, out, cyc);
+        timeit<Dmma16816, 8>("d16816", sms, 32 * w, it, out, cyc);
+    }
     return bad != 0;
 }
