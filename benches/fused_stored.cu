@@ -40,6 +40,16 @@
 // -DSMEM_PAD=bytes holds fewer outer paths per SM. Variants measured and dropped: REGPAY,
 // KLEAN, EXFIRST, another cash layout (commit 229a4dc); EXTREE, MAXREG (commit 82e56e4);
 // CASH_OWN, YSHFL (commit 37d1b0c).
+// Forty-seventh session: -DSWAPW puts the solving warp of each outer path on an SM
+// sub-partition of its own (warp slot mod 4), -DLASTNG skips the empty groups of the last
+// chunk, SOLVE 6 forms the multipliers from adj(P) u while 1 / det is formed and RCP3 drops
+// the reciprocal's last correction; -DRESTOL sets the acceptance bound, -DPROF2 splits the
+// copies' issue out of the exercise phase. Best without flagged systems: SOLVE 4, RCP3,
+// SWAPW, LASTNG (with NOSKIP BULK JOIN1 SOLVE_NOINLINE, WPB 2, MINB 4) at 0.0741 s per 3.6 M
+// regressions (48.6 M/s); SOLVE 6 RCP3 0.0730 s, but 0.03% of the systems miss the 1e-10
+// relative residual. Measured and dropped (code in commit 691be37): SOLVE 5 (the next
+// pivot's inverse one step ahead), QUAD (four walks per block, builds taking turns),
+// DFSH, COPY2, NOFENCE, RESCH.
 #include "prelude.cu"
 #include "rcp.cu"
 
@@ -60,14 +70,8 @@
 #define NCH 10                // chunks of 32 inner paths
 #define BLOCK_WORDS (2 * M * D)  // one (outer path, date) block: m x d doubles
 #define NPK (31 * 32 / 2)     // packed lower triangle of the 31 x 31 augmented matrix
-#define SMEM_BYTES (M * D * 4 + M * 8 + M * 8 + NPK * 8 + 32 * 8 + SCOL * 8 + 16 + (WPB == 4 ? 2 * NPK * 8 : 0) + IMMA_BYTES + DF_BYTES + BULK_BYTES)
-// DFSH (forty-seventh session): the discount factors in shared memory for the exercise's
-// per-path index (a constant-memory load serializes over the lanes' distinct indices).
-#ifdef DFSH
-#define DF_BYTES 128
-#else
-#define DF_BYTES 0
-#endif
+#define SMEM_BYTES (M * D * 4 + M * 8 + M * 8 + NPK * 8 + 32 * 8 + SCOL * 8 + 16 + (WPB == 4 ? 2 * NPK * 8 : 0) + IMMA_BYTES + BULK_BYTES)
+
 #ifdef BULK
 #define BULK_BYTES (NCH * 8)  // the chunks' mbarriers, last
 #else
@@ -87,7 +91,7 @@
 #define SOLVE 2
 #endif
 // Doubles of the solver's scratch.
-#define SCOL (SOLVE >= 5 ? 216 : SOLVE >= 3 ? 208 : 96)
+#define SCOL (SOLVE >= 3 ? 208 : 96)
 // Warps per outer path (1 or 2): with 2, warp w owns the chunks c = w mod 2 (their copies,
 // build and exercise); warp 1's partial sums join warp 0's in shared memory, warp 0 solves.
 #ifndef WPB
@@ -99,18 +103,6 @@ __constant__ double C_DF[16];
 __device__ __forceinline__ void bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory"); }
 __device__ __forceinline__ void bar_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory"); }
 
-// QUAD (forty-seventh session; WPB 2, the kept-state kernel): four outer paths per block of
-// 8 warps, one block per SM, so that warp k and k + 4 share an SM sub-partition and the two
-// outer paths on the same pair of sub-partitions (walks 0 and 2, 1 and 3) are known. Each
-// walk's warps meet on their own named barrier (1 + walk). With the tokens (not
-// QUAD_NOTOK) the two walks of a pair take turns to build: walk 0 builds date s, then walk
-// 2 builds date s, then walk 0 date s - 1..., on the named barriers 5 + 2 p (the leader
-// may build) and 6 + 2 p (the follower may build) of pair p.
-#ifdef QUAD
-__device__ __forceinline__ void walk_sync(int wk) { bar_sync(1 + wk, 64); }
-#else
-__device__ __forceinline__ void walk_sync(int) { __syncthreads(); }
-#endif
 
 // STAGGER (ns): the blocks of a launch's first wave (block i on SM i mod SMs, the
 // scheduler's usual order) start (i / SMs) * STAGGER ns apart, so that the outer paths of
@@ -198,16 +190,11 @@ __device__ __forceinline__ void mbar_wait(unsigned long long* b, unsigned parity
 }
 // Chunk c of the block at src into sh / sp on barrier mb[c] (lane 0 only; after the warp's
 // last generic reads of the chunk, so the proxy fence first).
-// COPY2 (forty-seventh session): the warp issues its chunks' copies in pairs, one proxy
-// fence per pair (fence false for the second). NOFENCE (timing only, not a correct
-// program): no proxy fence at all.
 __device__ __forceinline__ void issue_chunk_bulk(unsigned* sh, double* sp, const unsigned* src, int c,
-                                                 unsigned long long* mb, bool fence = true) {
+                                                 unsigned long long* mb) {
     const int p0 = 32 * c, np = min(32, M - p0);
     const unsigned bw = np * D * 4, bp = np * 8;
-#ifndef NOFENCE
-    if (fence) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-#endif
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(mb + c)), "r"(bw + bp)
                  : "memory");
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
@@ -435,22 +422,12 @@ __device__ __forceinline__ void solve_accept(const double* sg, const double (&ra
                                              double* sb, int lane) {
     const int i = lane;
     const bool row = i < N;
-    // RESCH_A (forty-seventh session): the sum over k in that many interleaved chains.
-#ifndef RESCH_A
-#define RESCH_A 1
-#endif
-    double rc[RESCH_A];
-#pragma unroll
-    for (int h = 0; h < RESCH_A; ++h) rc[h] = h == 0 ? bi0 : 0.0;
+    double r = bi0;
 #pragma unroll
     for (int k = 0; k < N; ++k) {
         const int rr_ = max(i, k), cc = min(i, k);
-        rc[k % RESCH_A] = fma(-(Lean ? (row ? sg[rr_ * (rr_ + 1) / 2 + cc] : 0.0) : ra[Lean ? 0 : k]), sx[k],
-                              rc[k % RESCH_A]);
+        r = fma(-(Lean ? (row ? sg[rr_ * (rr_ + 1) / 2 + cc] : 0.0) : ra[Lean ? 0 : k]), sx[k], r);
     }
-#pragma unroll
-    for (int h = 1; h < RESCH_A; ++h) rc[0] += rc[h];
-    const double r = rc[0];
     double rr = row ? r * r : 0.0, bb = row ? bi0 * bi0 : 0.0;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
@@ -609,153 +586,13 @@ __device__ __forceinline__ void solve3(double* sg, double* sL, double* sb, doubl
     solve_accept<Lean>(sg, ra, sx, bi0, xi, good, total, flags, sb, lane);
 }
 
-// SOLVE 5 (forty-seventh session): SOLVE 4's Gauss-Jordan with the next pivot block's
-// inverse formed one step ahead, so that no reciprocal stays on the step's chain. Every
-// lane forms pair t + 1's block redundantly, with the same operations as its rows' lanes
-// (J + 2, J + 3), from pair t's columns (scol) and the block's values before step t
-// (sBk, published by those lanes after step t - 1's trailing update), while it eliminates
-// with pair t's inverse (q, formed during step t - 1). A step's chain is then the publish
-// of the next two columns, not the 2 x 2 inverse. scol: SOLVE 3's 208 doubles, then 2 x 4
-// for the blocks' values.
-// RESCH (1, 2 or 4): the residual's sum over k in that many interleaved chains.
-#ifndef RESCH
-#define RESCH 1
-#endif
-__device__ __forceinline__ void solve5(double* sg, double* sb, double* scol, unsigned total, int* flags,
-                                       int lane) {
-    const int i = lane;
-    const bool row = i < N;
-    double a[N + 1], ra[1];
-    const double bi0 = solve_rows<true>(sg, a, ra, lane);
-    double* const sx = scol + 128;
-    double* const sD = scol + 160;
-    double* const sBk = scol + 208;
-    // Pair 0's inverse and pair 1's block from A itself.
-    const double g00 = sg[0], g10 = sg[1], g11 = sg[2];
-    double b00 = sg[5], b10 = sg[8], b11 = sg[9];
-    __syncwarp();
-    if (row) {
-        scol[i] = a[0];
-        scol[32 + i] = a[1];
-    }
-    if (i == 0) scol[N] = a[N];
-    if (i == 1) scol[32 + N] = a[N];
-    double q00, q01, q11;
-    bool good;
-    {
-        const double det = fma(g00, g11, -(g10 * g10));
-        good = g00 > 0.0 && det > 0.0;
-        const double rdet = rcp_rn_fast_f64(det);
-        q00 = g11 * rdet;
-        q01 = -g10 * rdet;
-        q11 = g00 * rdet;
-    }
-    __syncwarp();
-#pragma unroll
-    for (int t = 0; t < N / 2; ++t) {
-        const int J = 2 * t;
-        const double* c0 = scol + 64 * (t & 1);
-        const double* c1 = c0 + 32;
-        double* n0 = scol + 64 * ((t + 1) & 1);
-        double* n1 = n0 + 32;
-        if (t > 0) {
-            const double* bk = sBk + 4 * (t & 1);
-            b00 = bk[0];
-            b10 = bk[1];
-            b11 = bk[2];
-        }
-        if (i == 0) {
-            sD[3 * t] = q00;
-            sD[3 * t + 1] = q01;
-            sD[3 * t + 2] = q11;
-        }
-        const bool below = row && (i < J || i > J + 1);
-        const double u0 = a[J], u1 = a[J + 1];
-        const double l0 = below ? fma(u0, q00, u1 * q01) : 0.0;
-        const double l1 = below ? fma(u0, q01, u1 * q11) : 0.0;
-        if (J + 2 < N) {
-            a[J + 2] = fma(-l1, c1[J + 2], fma(-l0, c0[J + 2], a[J + 2]));
-            a[J + 3] = fma(-l1, c1[J + 3], fma(-l0, c0[J + 3], a[J + 3]));
-            a[N] = fma(-l1, c1[N], fma(-l0, c0[N], a[N]));
-            if (row && i >= J + 2) {
-                n0[i] = a[J + 2];
-                n1[i] = a[J + 3];
-            }
-            if (i == J + 2) n0[N] = a[N];
-            if (i == J + 3) n1[N] = a[N];
-            // Pair t + 1's block as lanes J + 2 (row J + 2) and J + 3 (row J + 3) form it.
-            const double x0 = c0[J + 2], x1 = c1[J + 2], y0 = c0[J + 3], y1 = c1[J + 3];
-            const double lx0 = fma(x0, q00, x1 * q01), lx1 = fma(x0, q01, x1 * q11);
-            const double ly0 = fma(y0, q00, y1 * q01), ly1 = fma(y0, q01, y1 * q11);
-            const double p00 = fma(-lx1, x1, fma(-lx0, x0, b00));
-            const double p10 = fma(-ly1, c1[J + 2], fma(-ly0, c0[J + 2], b10));
-            const double p11 = fma(-ly1, y1, fma(-ly0, y0, b11));
-            const double det = fma(p00, p11, -(p10 * p10));
-            good = good && p00 > 0.0 && det > 0.0;
-            const double rdet = rcp_rn_fast_f64(det);
-#pragma unroll
-            for (int k = J + 4; k < N; ++k) a[k] = fma(-l1, c1[k], fma(-l0, c0[k], a[k]));
-            if (J + 4 < N) {
-                double* bk = sBk + 4 * ((t + 1) & 1);
-                if (i == J + 4) bk[0] = a[J + 4];
-                if (i == J + 5) {
-                    bk[1] = a[J + 4];
-                    bk[2] = a[J + 5];
-                }
-            }
-            q00 = p11 * rdet;
-            q01 = -p10 * rdet;
-            q11 = p00 * rdet;
-        } else {
-            a[N] = fma(-l1, c1[N], fma(-l0, c0[N], a[N]));  // the last pair: rows above it
-        }
-        __syncwarp();
-    }
-    if (row) sx[i] = a[N];
-    __syncwarp();
-    double xi = 0.0;
-    if (row) {
-        const int t = i >> 1, J = 2 * t;
-        const double z0 = sx[J], z1 = sx[J + 1];
-        xi = (i & 1) ? fma(sD[3 * t + 1], z0, sD[3 * t + 2] * z1) : fma(sD[3 * t], z0, sD[3 * t + 1] * z1);
-    }
-    __syncwarp();
-    if (row) sx[i] = xi;
-    __syncwarp();
-    // The residual |b - A x|^2 <= 1e-20 |b|^2 (A from sg) in RESCH chains.
-    double r[RESCH];
-#pragma unroll
-    for (int h = 0; h < RESCH; ++h) r[h] = h == 0 ? bi0 : 0.0;
-#pragma unroll
-    for (int k = 0; k < N; ++k) {
-        const int rr_ = max(i, k), cc = min(i, k);
-        r[k % RESCH] = fma(-(row ? sg[rr_ * (rr_ + 1) / 2 + cc] : 0.0), sx[k], r[k % RESCH]);
-    }
-#pragma unroll
-    for (int h = 1; h < RESCH; ++h) r[0] += r[h];
-    double rr = row ? r[0] * r[0] : 0.0, bb = row ? bi0 * bi0 : 0.0;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        rr += __shfl_xor_sync(0xffffffffu, rr, o);
-        bb += __shfl_xor_sync(0xffffffffu, bb, o);
-    }
-    const bool ok = good && total >= N && rr <= 1e-20 * bb && rr == rr;
-    if (!ok && lane == 0) atomicAdd(flags, 1);
-    if (row) sb[i] = ok ? xi : (i == 0 ? bi0 : 0.0);
-}
-
 // SOLVE 6 (forty-seventh session): SOLVE 4's Gauss-Jordan with a shorter chain per step.
 // The multipliers' numerators m = adj(P) u (l = m / det) are formed while the reciprocal
 // of det is, and the look-ahead columns (the next pivot pair's and z) subtract
 // rdet (m0 c0 + m1 c1) with one FMA after rdet instead of forming the inverse's entries,
 // then l, then two FMAs. The trailing columns, off the chain, use l = m rdet.
-// FACT6 0 keeps SOLVE 4's look-ahead update (two FMAs with l = m rdet) and only forms l
-// from the numerators.
 // RCP3 drops the reciprocal's last correction (3 FMAs after the MUFU instead of 5; not
 // correctly rounded, within about an ulp).
-#ifndef FACT6
-#define FACT6 1
-#endif
 __device__ __forceinline__ double rcp_solve6(double d) {
 #ifdef RCP3
     double y;
@@ -803,18 +640,12 @@ __device__ __forceinline__ void solve6(double* sg, double* sb, double* scol, uns
         const double rdet = rcp_solve6(det);
         const double l0 = m0 * rdet, l1 = m1 * rdet;
         if (J + 2 < N) {
-#if FACT6
             const double t2 = fma(m1, c1[J + 2], m0 * c0[J + 2]);
             const double t3 = fma(m1, c1[J + 3], m0 * c0[J + 3]);
             const double tn = fma(m1, c1[N], m0 * c0[N]);
             a[J + 2] = fma(-rdet, t2, a[J + 2]);
             a[J + 3] = fma(-rdet, t3, a[J + 3]);
             a[N] = fma(-rdet, tn, a[N]);
-#else
-            a[J + 2] = fma(-l1, c1[J + 2], fma(-l0, c0[J + 2], a[J + 2]));
-            a[J + 3] = fma(-l1, c1[J + 3], fma(-l0, c0[J + 3], a[J + 3]));
-            a[N] = fma(-l1, c1[N], fma(-l0, c0[N], a[N]));
-#endif
             if (row && i >= J + 2) {
                 n0[i] = a[J + 2];
                 n1[i] = a[J + 3];
@@ -913,8 +744,8 @@ __device__ __forceinline__ void gram_join(double (&acc)[6][4], unsigned& total, 
 
 // The kernels' block of WPB warps: gram_join over the whole block.
 __device__ __forceinline__ void gram_to_shared(double (&acc)[6][4], unsigned& total, double* sg,
-                                               double* sgx, unsigned* stot, int w, int lane, int wk = 0) {
-    gram_join<WPB>(acc, total, sg, sgx, stot, w, lane, [wk] { walk_sync(wk); });
+                                               double* sgx, unsigned* stot, int w, int lane) {
+    gram_join<WPB>(acc, total, sg, sgx, stot, w, lane, [] { __syncthreads(); });
 }
 
 // The exercise decision of one inner path (row: its D high words; pv: its payoff): where
@@ -946,8 +777,6 @@ __device__ __forceinline__ void solve_sel(double* sg, double* sL, double* sb, do
                                           int* flags, int lane) {
 #if SOLVE == 6
     solve6(sg, sb, scol, total, flags, lane);
-#elif SOLVE == 5
-    solve5(sg, sb, scol, total, flags, lane);
 #elif SOLVE == 4
     solve3<true, true>(sg, sL, sb, scol, total, flags, lane);
 #elif SOLVE == 3
@@ -988,25 +817,10 @@ __device__ __noinline__ void solve_call(double* sg, double* sb, double* scol, un
 #endif
 #define CW (WPB == 4 ? (NCH + 3) / 4 : NCH)
 #define CI(c) (WPB == 4 ? (c) / 4 : (c))
-#ifdef QUAD
-static_assert(WPB == 2, "QUAD takes WPB 2");
-#define KMINB 1
-#define KTHREADS 256
-#else
-#define KMINB MINB
-#define KTHREADS (32 * WPB)
-#endif
-extern "C" __global__ void __launch_bounds__(KTHREADS, KMINB)
+extern "C" __global__ void __launch_bounds__(32 * WPB, MINB)
 fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __restrict__ value,
            double* __restrict__ beta_out, int* __restrict__ flags) {
-    extern __shared__ __align__(16) unsigned char smem_all[];
-#ifdef QUAD
-    const int wk = threadIdx.x >> 6;  // the block's walk
-    unsigned char* const smem = smem_all + wk * SMEM_BYTES;
-#else
-    const int wk = 0;
-    unsigned char* const smem = smem_all;
-#endif
+    extern __shared__ __align__(16) unsigned char smem[];
     unsigned* const sh = (unsigned*)smem;           // M * D high words
     double* const sp = (double*)(sh + M * D);       // M payoffs
     double* const sy = sp + M;                      // M discounted cash flows
@@ -1029,28 +843,13 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
         const int f1 = __syncthreads_count(w == 1 && f), f0 = __syncthreads_count(w == 0 && f);
         w ^= (f1 > 0 && f0 == 0) ? 1 : 0;
     }
-#elif defined(QUAD)
-    // The solvers: walk 0's warp 0 (sub-partition 0), walk 2's warp 5 (1), walk 1's warp 2
-    // (2), walk 3's warp 7 (3).
-    const int lane = threadIdx.x & 31, w = ((threadIdx.x >> 5) & 1) ^ (wk >> 1);
 #else
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
 #endif
-#ifdef QUAD
-    const long long l = (long long)blockIdx.x * 4 + wk;
-    const bool lead = wk < 2;
-    const bool partner = (long long)blockIdx.x * 4 + (wk ^ 2) < outer;
-    const int tok_lead = 5 + 2 * (wk & 1), tok_follow = tok_lead + 1;
-#else
     const long long l = blockIdx.x;
-#endif
     if (l >= outer) return;
     stagger_start();
     const unsigned* const base = st + l * S * (long long)BLOCK_WORDS;
-#ifdef DFSH
-    double* const sdf = (double*)(smem + SMEM_BYTES - BULK_BYTES - DF_BYTES);
-    if (w == 0 && lane < 16) sdf[lane] = C_DF[lane];  // read after the walk's first barrier
-#endif
 
     // The cash flows of chunk c in cash[CI(c)] (with WPB 4 only this warp's chunks, c = w mod 4).
     double cash[CW];
@@ -1129,12 +928,6 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
         double acc[6][4];
 #pragma unroll
         for (int k = 0; k < 6; ++k) acc[k][0] = acc[k][1] = acc[k][2] = acc[k][3] = 0.0;
-#if defined(QUAD) && !defined(QUAD_NOTOK)
-        if (partner) {
-            if (!lead) bar_sync(tok_follow, 128);
-            else if (s < S - 1) bar_sync(tok_lead, 128);
-        }
-#endif
 #pragma unroll 1
         for (int c = w; c < NCH; c += WPB) {
 #ifdef BULK
@@ -1148,13 +941,7 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
             build_chunk(acc, total, sh + p0 * D, sp + p0, sy + p0, min(32, M - p0), lane);
             PROF_ADD(1, pt);
         }
-#if defined(QUAD) && !defined(QUAD_NOTOK)
-        if (partner) {
-            if (lead) bar_arrive(tok_follow, 128);
-            else if (s > 0) bar_arrive(tok_lead, 128);
-        }
-#endif
-        gram_to_shared(acc, total, sg, sgx, stot, w, lane, wk);
+        gram_to_shared(acc, total, sg, sgx, stot, w, lane);
         PROF_ADD(2, pt);
 #else
         wait_pending(0);
@@ -1231,7 +1018,7 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
 #else
         if (w == 0 && lane < N) sb[lane] = lane == 0 ? 0.05 : 0.001;
 #endif
-        walk_sync(wk);
+        __syncthreads();
         PROF_ADD(3, pt);
         if (l == 0 && s == 0 && lane < N) beta_out[lane] = sb[lane];
 
@@ -1249,11 +1036,7 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
 #if MODE <= 2
             if (p < M) {
                 exercise_path(sh + p * D, sp[p], bt, cash[CI(c)], cdate[CI(c)], s);
-#ifdef DFSH
-                if (s > 0) sy[p] = cash[CI(c)] * sdf[cdate[CI(c)] - (s - 1)];
-#else
                 if (s > 0) sy[p] = cash[CI(c)] * C_DF[cdate[CI(c)] - (s - 1)];
-#endif
             }
 #else
             if (p < M) cash[CI(c)] += sp[p] * 1e-3 + (double)sh[p * D + (s % D)] * 1e-12;
@@ -1262,20 +1045,7 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
 #ifdef PROF2
             PROF_ADD(4, pt);
 #endif
-#if defined(BULK) && defined(COPY2)
-            {
-                const int j = c / WPB;                    // this warp's j-th chunk
-                const bool last = c + WPB >= NCH;
-                if (s > 0 && lane == 0 && ((j & 1) || last)) {
-                    if (j & 1) {
-                        issue_chunk_bulk(sh, sp, nxt, c - WPB, mb, true);
-                        issue_chunk_bulk(sh, sp, nxt, c, mb, false);
-                    } else {
-                        issue_chunk_bulk(sh, sp, nxt, c, mb, true);
-                    }
-                }
-            }
-#elif defined(BULK)
+#ifdef BULK
             if (s > 0 && lane == 0) issue_chunk_bulk(sh, sp, nxt, c, mb);
 #else
             if (s > 0) issue_chunk(sh, sp, nxt, c, lane);
@@ -1287,7 +1057,7 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
         }
         PROF_ADD(4, pt);
 #if WPB > 1
-        walk_sync(wk);  // warp 0's next solve buffer (sg) is free of the other warps' partials
+        __syncthreads();  // warp 0's next solve buffer (sg) is free of the other warps' partials
 #endif
         PROF_ADD(5, pt);
     }
@@ -1615,19 +1385,10 @@ fused_ahead(const unsigned* __restrict__ st, int S, long long outer, double* __r
 #ifndef SMEM_PAD
 #define SMEM_PAD 0
 #endif
-#ifdef QUAD
-#define KERNEL_SMEM (4 * SMEM_BYTES + SMEM_PAD)
-#define KERNEL_THREADS 256
-#define KERNEL_WALKS 4
-#else
 #define KERNEL_SMEM (SMEM_BYTES + SMEM_PAD)
-#endif
 #endif
 #ifndef KERNEL_THREADS
 #define KERNEL_THREADS (32 * WPB)
-#endif
-#ifndef KERNEL_WALKS
-#define KERNEL_WALKS 1
 #endif
 
 #ifndef __CUDACC_RTC__
@@ -1708,7 +1469,7 @@ int main(int argc, char** argv) {
     const unsigned grid = (unsigned)std::min<long long>(outer, (long long)nb * sms);
     printf("AHEAD NBW %d NEW %d, grid %u: ", NBW, NEW, grid);
 #else
-    const unsigned grid = (unsigned)((outer + KERNEL_WALKS - 1) / KERNEL_WALKS);
+    const unsigned grid = (unsigned)outer;
 #endif
 #ifdef RING
     printf("RING %d: ", RING);
