@@ -79,7 +79,14 @@
 #else
 #define STATE_BYTES (M * D * 4 + M * 8)
 #endif
-#define SMEM_BYTES (STATE_BYTES + M * 8 + NPK * 8 + 32 * 8 + SCOL * 8 + 16 + (WPB == 4 ? 2 * NPK * 8 : 0) + IMMA_BYTES + BULK_BYTES)
+#define SMEM_BYTES (STATE_BYTES + M * 8 + NPK * 8 + 32 * 8 + SCOL * 8 + 16 + (WPB == 4 ? 2 * NPK * 8 : 0) + IMMA_BYTES + CASH_BYTES + BULK_BYTES)
+// CASHSH (forty-seventh session; the kept-state kernel): the cash flows and their dates in
+// shared memory (NCH * 32 of each, before the mbarriers) instead of 30 registers per lane.
+#ifdef CASHSH
+#define CASH_BYTES (NCH * 32 * 12)
+#else
+#define CASH_BYTES 0
+#endif
 
 #ifdef BULK
 #ifdef SPARE
@@ -644,6 +651,8 @@ __device__ __forceinline__ void solve3(double* sg, double* sL, double* sb, doubl
 // of det is, and the look-ahead columns (the next pivot pair's and z) subtract
 // rdet (m0 c0 + m1 c1) with one FMA after rdet instead of forming the inverse's entries,
 // then l, then two FMAs. The trailing columns, off the chain, use l = m rdet.
+// KAHAN6 forms m by Kahan's difference of products (the subtracted product's rounding error
+// added back).
 // RCP3 drops the reciprocal's last correction (3 FMAs after the MUFU instead of 5; not
 // correctly rounded, within about an ulp).
 __device__ __forceinline__ double rcp_solve6(double d) {
@@ -688,8 +697,15 @@ __device__ __forceinline__ void solve6(double* sg, double* sb, double* scol, uns
         good = good && p00 > 0.0 && det > 0.0;
         const bool below = row && (i < J || i > J + 1);
         const double u0 = a[J], u1 = a[J + 1];
+#ifdef KAHAN6
+        // Kahan's u0 p11 - u1 p01 (the rounding error of the subtracted product added back).
+        const double t0 = u1 * p01, t1 = u0 * p01;
+        const double m0 = below ? fma(u0, p11, -t0) - fma(u1, p01, -t0) : 0.0;
+        const double m1 = below ? fma(u1, p00, -t1) - fma(u0, p01, -t1) : 0.0;
+#else
         const double m0 = below ? fma(u0, p11, -(u1 * p01)) : 0.0;
         const double m1 = below ? fma(u1, p00, -(u0 * p01)) : 0.0;
+#endif
         const double rdet = rcp_solve6(det);
         const double l0 = m0 * rdet, l1 = m1 * rdet;
         if (J + 2 < N) {
@@ -956,15 +972,24 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
     const unsigned* const base = st + l * S * (long long)BLOCK_WORDS;
 
     // The cash flows of chunk c in cash[CI(c)] (with WPB 4 only this warp's chunks, c = w mod 4).
+#ifdef CASHSH
+    double* const scash = (double*)(smem + SMEM_BYTES - BULK_BYTES - CASH_BYTES);
+    int* const scd = (int*)(scash + NCH * 32);
+#define CASH(c) scash[32 * (c) + lane]
+#define CDATE(c) scd[32 * (c) + lane]
+#else
     double cash[CW];
     int cdate[CW];
+#define CASH(c) cash[CI(c)]
+#define CDATE(c) cdate[CI(c)]
+#endif
 #pragma unroll
     for (int c = 0; c < NCH; ++c) {
         if (WPB == 4 && c % 4 != w) continue;
         const int p = 32 * c + lane;
-        cash[CI(c)] = p < M ? initial_cash(l, p) : 0.0;
-        cdate[CI(c)] = S;
-        if (p < M) sy[p] = cash[CI(c)] * C_DF[1];
+        CASH(c) = p < M ? initial_cash(l, p) : 0.0;
+        CDATE(c) = S;
+        if (p < M) sy[p] = CASH(c) * C_DF[1];
     }
 #ifdef BULK
 #if MODE > 1 || defined(IMMA)
@@ -1190,6 +1215,67 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
         for (int k = 0; k < N; ++k) bt[k] = sb[k];
 #endif
         const unsigned* nxt = base + (long long)(s - 1) * BLOCK_WORDS;
+#ifdef EXPAIR
+        // EXPAIR (forty-seventh session; WPB 2, BULK, MODE 0 or 1): the warp's chunks in pairs,
+        // the two paths' continuations formed together (each in the engine's order, for every
+        // path, the decision after), then both chunks' copies.
+        static_assert(WPB == 2 && NCH == 10 && MODE <= 1, "EXPAIR takes WPB 2, 10 chunks, MODE 0 or 1");
+// EX3 (with EXPAIR): three chunks at a time, (0 2 4) (6 8) / (1 3 5) (7 9); EX23: (0 2)
+// (4 6 8) / (1 3) (5 7 9).
+#define EX_ONE(CX, P, CONT)                                                          \
+    if (P < M) {                                                                     \
+        const double pv = sp[P];                                                     \
+        if (pv > 0.0 && pv >= CONT) {                                                \
+            CASH(CX) = pv;                                                           \
+            CDATE(CX) = s;                                                           \
+        }                                                                            \
+        if (s > 0) sy[P] = CASH(CX) * C_DF[CDATE(CX) - (s - 1)];                     \
+    }
+#define EXN(CA, CB, CC)                                                              \
+    {                                                                                \
+        constexpr int CBI = (CB) < 0 ? (CA) : (CB), CCI = (CC) < 0 ? (CA) : (CC);     \
+        const int pa = 32 * (CA) + lane, pb = 32 * CBI + lane, pc = 32 * CCI + lane; \
+        const unsigned* ra = sh + pa * D;                                            \
+        const unsigned* rb = sh + pb * D;                                            \
+        const unsigned* rc = sh + pc * D;                                            \
+        double conta = 0.0 + 1.0 * bt[0], contb = conta, contc = conta;              \
+        _Pragma("unroll") for (int k = 0; k < D; ++k) {                              \
+            conta = conta + (state_high(ra, k) * 1.0) * bt[k + 1];                   \
+            if ((CB) >= 0) contb = contb + (state_high(rb, k) * 1.0) * bt[k + 1];    \
+            if ((CC) >= 0) contc = contc + (state_high(rc, k) * 1.0) * bt[k + 1];    \
+        }                                                                            \
+        EX_ONE(CA, pa, conta)                                                        \
+        if ((CB) >= 0) EX_ONE(CBI, pb, contb)                                        \
+        if ((CC) >= 0) EX_ONE(CCI, pc, contc)                                        \
+        __syncwarp();                                                                \
+        if (s > 0 && lane == 0) {                                                    \
+            issue_chunk_bulk(sh, sp, nxt, (CA), mb);                                 \
+            if ((CB) >= 0) issue_chunk_bulk(sh, sp, nxt, CBI, mb);                   \
+            if ((CC) >= 0) issue_chunk_bulk(sh, sp, nxt, CCI, mb);                   \
+        }                                                                            \
+    }
+#if defined(EX3)
+        if (w == 0) {
+            EXN(0, 2, 4) EXN(6, 8, -1)
+        } else {
+            EXN(1, 3, 5) EXN(7, 9, -1)
+        }
+#elif defined(EX23)
+        if (w == 0) {
+            EXN(0, 2, -1) EXN(4, 6, 8)
+        } else {
+            EXN(1, 3, -1) EXN(5, 7, 9)
+        }
+#else
+        if (w == 0) {
+            EXN(0, 2, -1) EXN(4, 6, -1) EXN(8, -1, -1)
+        } else {
+            EXN(1, 3, -1) EXN(5, 7, -1) EXN(9, -1, -1)
+        }
+#endif
+#undef EXN
+#undef EX_ONE
+#else
 #pragma unroll
         for (int c = 0; c < NCH; ++c) {
             if (c % WPB != w) continue;
@@ -1198,15 +1284,15 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
 #ifdef SPARE
             const int jx = c >> 1, kx = (jx + r) % 6;
             if (p < M) {
-                exercise_path(hslot(kx) + lane * D, pslot(kx)[lane], bt, cash[CI(c)], cdate[CI(c)], s);
+                exercise_path(hslot(kx) + lane * D, pslot(kx)[lane], bt, CASH(c), CDATE(c), s);
 #else
             if (p < M) {
-                exercise_path(sh + p * D, sp[p], bt, cash[CI(c)], cdate[CI(c)], s);
+                exercise_path(sh + p * D, sp[p], bt, CASH(c), CDATE(c), s);
 #endif
-                if (s > 0) sy[p] = cash[CI(c)] * C_DF[cdate[CI(c)] - (s - 1)];
+                if (s > 0) sy[p] = CASH(c) * C_DF[CDATE(c) - (s - 1)];
             }
 #else
-            if (p < M) cash[CI(c)] += sp[p] * 1e-3 + (double)sh[p * D + (s % D)] * 1e-12;
+            if (p < M) CASH(c) += sp[p] * 1e-3 + (double)sh[p * D + (s % D)] * 1e-12;
 #endif
             __syncwarp();
 #ifdef PROF2
@@ -1230,6 +1316,7 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
             PROF_ADD(6, pt);
 #endif
         }
+#endif
         PROF_ADD(4, pt);
 #if WPB > 1
         __syncthreads();  // warp 0's next solve buffer (sg) is free of the other warps' partials
@@ -1250,8 +1337,10 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
     double v = 0.0;
 #pragma unroll
     for (int c = 0; c < NCH; ++c)
-        if (c % WPB == w) v += cash[CI(c)] * C_DF[cdate[CI(c)]];
+        if (c % WPB == w) v += CASH(c) * C_DF[CDATE(c)];
     add_walk_value(v, value + l, lane);
+#undef CASH
+#undef CDATE
 }
 
 #ifdef RING
