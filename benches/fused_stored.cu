@@ -42,14 +42,18 @@
 // CASH_OWN, YSHFL (commit 37d1b0c).
 // Forty-seventh session: -DSWAPW puts the solving warp of each outer path on an SM
 // sub-partition of its own (warp slot mod 4), -DLASTNG skips the empty groups of the last
-// chunk, SOLVE 6 forms the multipliers from adj(P) u while 1 / det is formed and RCP3 drops
-// the reciprocal's last correction; -DRESTOL sets the acceptance bound, -DPROF2 splits the
-// copies' issue out of the exercise phase. Best without flagged systems: SOLVE 4, RCP3,
-// SWAPW, LASTNG (with NOSKIP BULK JOIN1 SOLVE_NOINLINE, WPB 2, MINB 4) at 0.0741 s per 3.6 M
-// regressions (48.6 M/s); SOLVE 6 RCP3 0.0730 s, but 0.03% of the systems miss the 1e-10
-// relative residual. Measured and dropped (code in commit 691be37): SOLVE 5 (the next
-// pivot's inverse one step ahead), QUAD (four walks per block, builds taking turns),
-// DFSH, COPY2, NOFENCE, RESCH.
+// chunk, SOLVE 6 forms the multipliers from adj(P) u while 1 / det is formed (-DKAHAN6: by
+// Kahan's difference of products; without it 0.03% of the systems miss the bound), RCP3
+// drops the reciprocal's last correction, -DEXPAIR forms the continuations of 2 (-DEX3: 3,
+// then 2; -DEX23: 2, then 3) chunks together; -DRESTOL sets the acceptance bound, -DPROF2
+// splits the copies' issue out of the exercise phase. Best: SOLVE 6, KAHAN6, RCP3, EXPAIR,
+// EX3, SWAPW, LASTNG (with NOSKIP BULK JOIN1 SOLVE_NOINLINE, WPB 2, MINB 4) at 0.0701-0.0702 s
+// per 3.6 M regressions at S = 8 (51.3 M/s; S = 4 0.0718 s, S = 10 0.0699 s), no system
+// flagged. Measured and dropped (code in commits 691be37, 71dc913, 8087997): SOLVE 5 (the
+// next pivot's inverse one step ahead), QUAD (four walks per block, builds taking turns),
+// DFSH, COPY2, NOFENCE, RESCH, BLK5 (5 DMMA blocks per 8 paths), RESDEFER (the residual
+// checked by the other warp), CPAIR (two chunks per basic block), SPARE (6 chunk slots per
+// warp), CASHSH (cash flows in shared memory).
 #include "prelude.cu"
 #include "rcp.cu"
 
@@ -70,30 +74,10 @@
 #define NCH 10                // chunks of 32 inner paths
 #define BLOCK_WORDS (2 * M * D)  // one (outer path, date) block: m x d doubles
 #define NPK (31 * 32 / 2)     // packed lower triangle of the 31 x 31 augmented matrix
-// SPARE (forty-seventh session; WPB 2, BULK): each warp's 5 chunks rotate through 6 slots
-// of 32 rows, so that the first chunk of date s - 1 is copied during date s (into the slot
-// left free) instead of after date s's first exercise; the build then waits for no copy.
-#ifdef SPARE
-#define NSLOT 12
-#define STATE_BYTES (NSLOT * 32 * (D * 4 + 8))
-#else
-#define STATE_BYTES (M * D * 4 + M * 8)
-#endif
-#define SMEM_BYTES (STATE_BYTES + M * 8 + NPK * 8 + 32 * 8 + SCOL * 8 + 16 + (WPB == 4 ? 2 * NPK * 8 : 0) + IMMA_BYTES + CASH_BYTES + BULK_BYTES)
-// CASHSH (forty-seventh session; the kept-state kernel): the cash flows and their dates in
-// shared memory (NCH * 32 of each, before the mbarriers) instead of 30 registers per lane.
-#ifdef CASHSH
-#define CASH_BYTES (NCH * 32 * 12)
-#else
-#define CASH_BYTES 0
-#endif
+#define SMEM_BYTES (M * D * 4 + M * 8 + M * 8 + NPK * 8 + 32 * 8 + SCOL * 8 + 16 + (WPB == 4 ? 2 * NPK * 8 : 0) + IMMA_BYTES + BULK_BYTES)
 
 #ifdef BULK
-#ifdef SPARE
-#define BULK_BYTES (NSLOT * 8)  // the slots' mbarriers, last
-#else
 #define BULK_BYTES (NCH * 8)  // the chunks' mbarriers, last
-#endif
 #else
 #define BULK_BYTES 0
 #endif
@@ -228,51 +212,15 @@ __device__ __forceinline__ void issue_chunk_bulk(unsigned* sh, double* sp, const
 }
 #endif
 
-#ifdef SPARE
-// Chunk c of the block at src into the slot (dh: 32 rows of D high words, dp: 32 payoffs)
-// on its barrier mbar (lane 0 only; the proxy fence first, as issue_chunk_bulk).
-__device__ __forceinline__ void issue_slot_bulk(unsigned* dh, double* dp, const unsigned* src, int c,
-                                                unsigned long long* mbar) {
-    const int p0 = 32 * c, np = min(32, M - p0);
-    const unsigned bw = np * D * 4, bp = np * 8;
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(mbar)), "r"(bw + bp)
-                 : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     smem_addr(dh)),
-                 "l"(src + p0 * D), "r"(bw), "r"(smem_addr(mbar))
-                 : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     smem_addr(dp)),
-                 "l"((const double*)(src + M * D) + p0), "r"(bp), "r"(smem_addr(mbar))
-                 : "memory");
-}
-#endif
-
 // The 6 blocks of 16 x 8 that cover the lower [Psi y]^T [Psi y] (rows 16 R.., columns
-// 8 J.., J <= 2 R + 1): f(ra, rb, c, k) for block k = 0..5 in that order, with the block's
-// rows the feature groups ra = 2 R (rows 0-7) and rb = 2 R + 1 (rows 8-15) of 8 features
-// each and its columns the group c = J.
-// BLK5 (forty-seventh session): 5 blocks instead, each row group paired with a column
-// group so that every pair of the 4 groups is met once: (0 2 | 0), (1 3 | 1), (2 1 | 2),
-// (3 2 | 3), (1 3 | 0). The diagonal pairs' blocks hold both triangles of their 8 x 8; the
-// others hold some pairs transposed (row group before column group), which gram_pass
-// stores at (max, min). 5 DMMAs per 8 paths instead of 6.
+// 8 J.., J <= 2 R + 1): f(R, J, k) for block k = 0..5 in that order.
 template <typename F>
 __device__ __forceinline__ void for_lower_blocks(F f) {
-#ifdef BLK5
-    f(0, 2, 0, 0);
-    f(1, 3, 1, 1);
-    f(2, 1, 2, 2);
-    f(3, 2, 3, 3);
-    f(1, 3, 0, 4);
-#else
     int k = 0;
 #pragma unroll
     for (int R = 0; R < 2; ++R)
 #pragma unroll
-        for (int J = 0; J < 4 && J <= 2 * R + 1; ++J, ++k) f(2 * R, 2 * R + 1, J, k);
-#endif
+        for (int J = 0; J < 4 && J <= 2 * R + 1; ++J, ++k) f(R, J, k);
 }
 
 // This lane's 4 entries of each of those blocks in the MMA accumulator layout:
@@ -280,9 +228,9 @@ __device__ __forceinline__ void for_lower_blocks(F f) {
 template <typename F>
 __device__ __forceinline__ void for_lane_entries(int lane, F f) {
     const int g = lane >> 2, q = lane & 3;
-    for_lower_blocks([&](int ra, int rb, int c, int k) {
+    for_lower_blocks([&](int R, int J, int k) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) f(k, e, 8 * (e < 2 ? ra : rb) + g, 8 * c + 2 * q + (e & 1));
+        for (int e = 0; e < 4; ++e) f(k, e, 16 * R + g + 8 * (e >> 1), 8 * J + 2 * q + (e & 1));
     });
 }
 
@@ -322,8 +270,9 @@ __device__ __forceinline__ void build_chunk_mask(double (&acc)[6][4], const unsi
             }
         }
 #ifdef __CUDA_ARCH__
-        for_lower_blocks([&](int ra, int rb, int c, int k) {
-            mma_m16n8k8_f64(acc[k], v[ra][0], v[rb][0], v[ra][1], v[rb][1], v[c][0], v[c][1]);
+        for_lower_blocks([&](int R, int J, int k) {
+            mma_m16n8k8_f64(acc[k], v[2 * R][0], v[2 * R + 1][0], v[2 * R][1], v[2 * R + 1][1], v[J][0],
+                            v[J][1]);
         });
 #endif
     }
@@ -423,9 +372,9 @@ __device__ __forceinline__ void build_chunk_imma(int (&acc)[5][6][4], double (&b
     for (int a = 0; a < 3; ++a)
 #pragma unroll
         for (int b = 0; b < 3; ++b)
-            for_lower_blocks([&](int ra, int rb, int c, int k) {
-                mma_u8(acc[a + b][k], sl[a][ra][0], sl[a][rb][0], sl[a][ra][1], sl[a][rb][1], sl[b][c][0],
-                       sl[b][c][1]);
+            for_lower_blocks([&](int R, int J, int k) {
+                mma_u8(acc[a + b][k], sl[a][2 * R][0], sl[a][2 * R + 1][0], sl[a][2 * R][1], sl[a][2 * R + 1][1],
+                       sl[b][J][0], sl[b][J][1]);
             });
 }
 
@@ -638,12 +587,7 @@ __device__ __forceinline__ void solve3(double* sg, double* sL, double* sb, doubl
         }
     if (GJ && row) sx[i] = xi;
     __syncwarp();
-    #ifdef RESDEFER
-    if (row) sb[i] = xi;
-    if (lane == 0) scol[SCOL + 1] = good && total >= N ? 1.0 : 0.0;  // stot[2..3]
-    #else
     solve_accept<Lean>(sg, ra, sx, bi0, xi, good, total, flags, sb, lane);
-    #endif
 }
 
 // SOLVE 6 (forty-seventh session): SOLVE 4's Gauss-Jordan with a shorter chain per step.
@@ -744,60 +688,15 @@ __device__ __forceinline__ void solve6(double* sg, double* sb, double* scol, uns
     __syncwarp();
     if (row) sx[i] = xi;
     __syncwarp();
-    #ifdef RESDEFER
-    if (row) sb[i] = xi;
-    if (lane == 0) scol[SCOL + 1] = good && total >= N ? 1.0 : 0.0;  // stot[2..3]
-    #else
     solve_accept<true>(sg, ra, sx, bi0, xi, good, total, flags, sb, lane);
-    #endif
-}
-
-// RESDEFER (forty-seventh session, WPB 2, SOLVE 4 or 6): the solver stores x as beta and
-// its pivot test (a double after the solver's scratch, stot[2..3]); the other warp checks
-// the residual later, at the start of the next date (before its build, in the wait for
-// its first copy) or after the last, with solve_accept's arithmetic and bound. A failed
-// system is counted in *flags but beta stays x: the engine would take such an outer path
-// through the pipeline again, so its values here do not matter. A separate function unless
-// RESCHECK_INLINE.
-#ifdef RESCHECK_INLINE
-__device__ __forceinline__
-#else
-__device__ __noinline__
-#endif
-void residual_check(const double* sg, const double* sx, const double* sgood, int* flags, int lane) {
-    const int i = lane;
-    const bool row = i < N;
-    const double bi0 = row ? sg[N * (N + 1) / 2 + i] : 0.0;
-    double r = bi0;
-#pragma unroll
-    for (int k = 0; k < N; ++k) {
-        const int rr_ = max(i, k), cc = min(i, k);
-        r = fma(-(row ? sg[rr_ * (rr_ + 1) / 2 + cc] : 0.0), sx[k], r);
-    }
-    double rr = row ? r * r : 0.0, bb = row ? bi0 * bi0 : 0.0;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        rr += __shfl_xor_sync(0xffffffffu, rr, o);
-        bb += __shfl_xor_sync(0xffffffffu, bb, o);
-    }
-    const bool ok = *sgood != 0.0 && rr <= RESTOL * bb && rr == rr;
-    if (!ok && lane == 0) atomicAdd(flags, 1);
 }
 
 // One pass over this lane's entries of the 6 blocks of 16 x 8 (the packed lower triangle
 // of the 31 x 31 augmented matrix in sg, b in row N): op 0 stores acc, 1 adds sg to acc,
 // 2 stores acc * inv, 3 stores (acc + sg) * inv (1 and 2 in one pass, the same bits).
 __device__ __forceinline__ void gram_pass(double (&acc)[6][4], double* sg, int lane, int op, double inv) {
-    for_lane_entries(lane, [&](int k, int e, int r0, int c0) {
-#ifdef BLK5
-        // A pair of different groups appears once (maybe transposed), a pair within a
-        // group twice (keep row >= column).
-        const int r = max(r0, c0), cc = min(r0, c0);
-        if (r <= N && cc < N && (r0 >= c0 || (r0 >> 3) != (c0 >> 3))) {
-#else
-        const int r = r0, cc = c0;
+    for_lane_entries(lane, [&](int k, int e, int r, int cc) {
         if (r <= N && cc <= r && cc < N) {
-#endif
             double* t = sg + r * (r + 1) / 2 + cc;
             if (op == 0)
                 *t = acc[k][e];
@@ -935,15 +834,9 @@ extern "C" __global__ void __launch_bounds__(32 * WPB, MINB)
 fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __restrict__ value,
            double* __restrict__ beta_out, int* __restrict__ flags) {
     extern __shared__ __align__(16) unsigned char smem[];
-#ifdef SPARE
-    unsigned* const sh = (unsigned*)smem;           // NSLOT slots of 32 rows of D high words
-    double* const sp = (double*)(sh + NSLOT * 32 * D);  // NSLOT slots of 32 payoffs
-    double* const sy = sp + NSLOT * 32;             // M discounted cash flows
-#else
     unsigned* const sh = (unsigned*)smem;           // M * D high words
     double* const sp = (double*)(sh + M * D);       // M payoffs
     double* const sy = sp + M;                      // M discounted cash flows
-#endif
     double* const sg = sy + M;                      // packed [Psi y]^T [Psi y]
     double* const sb = sg + NPK;                    // beta
     double* const scol = sb + 32;                   // the solver's SCOL doubles
@@ -972,24 +865,15 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
     const unsigned* const base = st + l * S * (long long)BLOCK_WORDS;
 
     // The cash flows of chunk c in cash[CI(c)] (with WPB 4 only this warp's chunks, c = w mod 4).
-#ifdef CASHSH
-    double* const scash = (double*)(smem + SMEM_BYTES - BULK_BYTES - CASH_BYTES);
-    int* const scd = (int*)(scash + NCH * 32);
-#define CASH(c) scash[32 * (c) + lane]
-#define CDATE(c) scd[32 * (c) + lane]
-#else
     double cash[CW];
     int cdate[CW];
-#define CASH(c) cash[CI(c)]
-#define CDATE(c) cdate[CI(c)]
-#endif
 #pragma unroll
     for (int c = 0; c < NCH; ++c) {
         if (WPB == 4 && c % 4 != w) continue;
         const int p = 32 * c + lane;
-        CASH(c) = p < M ? initial_cash(l, p) : 0.0;
-        CDATE(c) = S;
-        if (p < M) sy[p] = CASH(c) * C_DF[1];
+        cash[CI(c)] = p < M ? initial_cash(l, p) : 0.0;
+        cdate[CI(c)] = S;
+        if (p < M) sy[p] = cash[CI(c)] * C_DF[1];
     }
 #ifdef BULK
 #if MODE > 1 || defined(IMMA)
@@ -997,30 +881,11 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
 #endif
     static_assert(WPB <= 4, "BULK takes WPB 1, 2 or 4");
     unsigned long long* const mb = (unsigned long long*)(smem + SMEM_BYTES - BULK_BYTES);
-#ifdef SPARE
-    static_assert(WPB == 2 && NCH == 10, "SPARE takes WPB 2 and 10 chunks");
-    // Warp w's slot k (0..5) is slot 2 k + w; chunk j (c = w + 2 j) of date s sits in slot
-    // (j + r) mod 6 with r = (s - S + 1) mod 6. ph: the parity each own slot's barrier
-    // completes next.
-    auto hslot = [&](int k) { return sh + (2 * k + w) * 32 * D; };
-    auto pslot = [&](int k) { return sp + (2 * k + w) * 32; };
-    auto mslot = [&](int k) { return mb + 2 * k + w; };
-    unsigned ph = 0;
-    if (lane == 0)
-        for (int k = 0; k < 6; ++k) mbar_init(mslot(k));
-    __syncwarp();
-    if (lane == 0) {
-        for (int j = 0; j < 5; ++j)
-            issue_slot_bulk(hslot(j), pslot(j), base + (long long)(S - 1) * BLOCK_WORDS, w + 2 * j, mslot(j));
-        if (S > 1) issue_slot_bulk(hslot(5), pslot(5), base + (long long)(S - 2) * BLOCK_WORDS, w, mslot(5));
-    }
-#else
     if (lane == 0)
         for (int c = w; c < NCH; c += WPB) mbar_init(mb + c);
     __syncwarp();
     if (lane == 0)
         for (int c = w; c < NCH; c += WPB) issue_chunk_bulk(sh, sp, base + (long long)(S - 1) * BLOCK_WORDS, c, mb);
-#endif
 #else
     for (int c = w; c < NCH; c += WPB) issue_chunk(sh, sp, base + (long long)(S - 1) * BLOCK_WORDS, c, lane);
 #endif
@@ -1031,17 +896,10 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
 
     for (int s = S - 1; s >= 0; --s) {
         unsigned total = 0;
-#ifdef RESDEFER
-        static_assert(WPB == 2 && (SOLVE == 4 || SOLVE == 6), "RESDEFER takes WPB 2 and SOLVE 4 or 6");
-        if (w == 1 && s < S - 1) residual_check(sg, scol + 128, scol + SCOL + 1, flags, lane);
-#endif
         unsigned pt = PROF_NOW();
 #if MODE <= 1 && defined(IMMA)
         {
             static_assert(WPB <= 2, "IMMA takes WPB 1 or 2");
-#ifdef BLK5
-#error "IMMA keeps the 6 blocks"
-#endif
             int iacc[5][6][4];
             double bacc[4] = {0.0, 0.0, 0.0, 0.0};
             unsigned chk = 0;
@@ -1083,36 +941,6 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
         double acc[6][4];
 #pragma unroll
         for (int k = 0; k < 6; ++k) acc[k][0] = acc[k][1] = acc[k][2] = acc[k][3] = 0.0;
-#ifdef CPAIR
-        // CPAIR (forty-seventh session; WPB 2, BULK): the warp's 5 chunks in pairs, both
-        // waits before both builds, so that one basic block holds two chunks' builds and
-        // the second chunk's loads can go under the first one's DMMAs.
-        static_assert(WPB == 2 && NCH == 10, "CPAIR takes WPB 2 and 10 chunks");
-#pragma unroll
-        for (int j = 0; j < 5; j += 2) {
-            const int ca = w + 2 * j, cb = ca + 2;
-            mbar_wait(mb + ca, (S - 1 - s) & 1);
-            if (j + 1 < 5) mbar_wait(mb + cb, (S - 1 - s) & 1);
-            __syncwarp();
-            PROF_ADD(0, pt);
-            build_chunk(acc, total, sh + 32 * ca * D, sp + 32 * ca, sy + 32 * ca, min(32, M - 32 * ca), lane);
-            if (j + 1 < 5)
-                build_chunk(acc, total, sh + 32 * cb * D, sp + 32 * cb, sy + 32 * cb, min(32, M - 32 * cb), lane);
-            PROF_ADD(1, pt);
-        }
-#elif defined(SPARE)
-        const int r = ((s - (S - 1)) % 6 + 6) % 6;
-#pragma unroll 1
-        for (int j = 0; j < 5; ++j) {
-            const int c = w + 2 * j, k = (j + r) % 6;
-            mbar_wait(mslot(k), (ph >> k) & 1u);
-            ph ^= 1u << k;
-            __syncwarp();
-            PROF_ADD(0, pt);
-            build_chunk(acc, total, hslot(k), pslot(k), sy + 32 * c, min(32, M - 32 * c), lane);
-            PROF_ADD(1, pt);
-        }
-#else
 #pragma unroll 1
         for (int c = w; c < NCH; c += WPB) {
 #ifdef BULK
@@ -1126,7 +954,6 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
             build_chunk(acc, total, sh + p0 * D, sp + p0, sy + p0, min(32, M - p0), lane);
             PROF_ADD(1, pt);
         }
-#endif
         gram_to_shared(acc, total, sg, sgx, stot, w, lane);
         PROF_ADD(2, pt);
 #else
@@ -1226,10 +1053,10 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
     if (P < M) {                                                                     \
         const double pv = sp[P];                                                     \
         if (pv > 0.0 && pv >= CONT) {                                                \
-            CASH(CX) = pv;                                                           \
-            CDATE(CX) = s;                                                           \
+            cash[CI(CX)] = pv;                                                           \
+            cdate[CI(CX)] = s;                                                           \
         }                                                                            \
-        if (s > 0) sy[P] = CASH(CX) * C_DF[CDATE(CX) - (s - 1)];                     \
+        if (s > 0) sy[P] = cash[CI(CX)] * C_DF[cdate[CI(CX)] - (s - 1)];                     \
     }
 #define EXN(CA, CB, CC)                                                              \
     {                                                                                \
@@ -1281,32 +1108,18 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
             if (c % WPB != w) continue;
             const int p = 32 * c + lane;
 #if MODE <= 2
-#ifdef SPARE
-            const int jx = c >> 1, kx = (jx + r) % 6;
             if (p < M) {
-                exercise_path(hslot(kx) + lane * D, pslot(kx)[lane], bt, CASH(c), CDATE(c), s);
-#else
-            if (p < M) {
-                exercise_path(sh + p * D, sp[p], bt, CASH(c), CDATE(c), s);
-#endif
-                if (s > 0) sy[p] = CASH(c) * C_DF[CDATE(c) - (s - 1)];
+                exercise_path(sh + p * D, sp[p], bt, cash[CI(c)], cdate[CI(c)], s);
+                if (s > 0) sy[p] = cash[CI(c)] * C_DF[cdate[CI(c)] - (s - 1)];
             }
 #else
-            if (p < M) CASH(c) += sp[p] * 1e-3 + (double)sh[p * D + (s % D)] * 1e-12;
+            if (p < M) cash[CI(c)] += sp[p] * 1e-3 + (double)sh[p * D + (s % D)] * 1e-12;
 #endif
             __syncwarp();
 #ifdef PROF2
             PROF_ADD(4, pt);
 #endif
-#ifdef SPARE
-            if (lane == 0) {
-                if (jx < 4) {
-                    if (s > 0) issue_slot_bulk(hslot(kx), pslot(kx), nxt, c + 2, mslot(kx));
-                } else if (s > 1) {
-                    issue_slot_bulk(hslot(kx), pslot(kx), base + (long long)(s - 2) * BLOCK_WORDS, w, mslot(kx));
-                }
-            }
-#elif defined(BULK)
+#ifdef BULK
             if (s > 0 && lane == 0) issue_chunk_bulk(sh, sp, nxt, c, mb);
 #else
             if (s > 0) issue_chunk(sh, sp, nxt, c, lane);
@@ -1331,16 +1144,11 @@ fused_walk(const unsigned* __restrict__ st, int S, long long outer, double* __re
         atomicAdd(&g_prof[w][6], (unsigned long long)S);
     }
 #endif
-#ifdef RESDEFER
-    if (w == 1) residual_check(sg, scol + 128, scol + SCOL + 1, flags, lane);
-#endif
     double v = 0.0;
 #pragma unroll
     for (int c = 0; c < NCH; ++c)
-        if (c % WPB == w) v += CASH(c) * C_DF[CDATE(c)];
+        if (c % WPB == w) v += cash[CI(c)] * C_DF[cdate[CI(c)]];
     add_walk_value(v, value + l, lane);
-#undef CASH
-#undef CDATE
 }
 
 #ifdef RING
