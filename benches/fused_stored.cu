@@ -495,6 +495,41 @@ __device__ __forceinline__ void solve2(double* sg, double* sL, double* sb, doubl
     solve_accept<Lean>(sg, ra, sx, bi0, xi, good, total, flags, sb, lane);
 }
 
+// The 2 x 2 pivot solvers' start (SOLVE 3, 4, 6): the rows of A into a (solve_rows), then
+// the first pivot pair's columns into scol[0..31] and scol[32..63], their entry N the
+// pair's z. Returns b_i.
+template <bool Lean>
+__device__ __forceinline__ double pair_start(const double* sg, double (&a)[N + 1], double (&ra)[Lean ? 1 : N],
+                                             double* scol, int lane) {
+    const int i = lane;
+    const double bi0 = solve_rows<Lean>(sg, a, ra, lane);
+    __syncwarp();
+    if (i < N) {
+        scol[i] = a[0];
+        scol[32 + i] = a[1];
+    }
+    if (i == 0) scol[N] = a[N];
+    if (i == 1) scol[32 + N] = a[N];
+    __syncwarp();
+    return bi0;
+}
+
+// w = D^-1 z by the 2 x 2 blocks' inverses (sD: 3 entries per block): lane i < N publishes
+// z_i in sx and returns w_i.
+__device__ __forceinline__ double pair_block_solve(double zi, double* sx, const double* sD, int lane) {
+    const int i = lane;
+    if (i < N) sx[i] = zi;
+    __syncwarp();
+    double xi = 0.0;
+    if (i < N) {
+        const int t = i >> 1, J = 2 * t;
+        const double z0 = sx[J], z1 = sx[J + 1];
+        xi = (i & 1) ? fma(sD[3 * t + 1], z0, sD[3 * t + 2] * z1) : fma(sD[3 * t], z0, sD[3 * t + 1] * z1);
+    }
+    __syncwarp();
+    return xi;
+}
+
 // SOLVE 3: as SOLVE 2 with 2 x 2 pivot blocks (A = L D L^T, D block diagonal): 15 steps
 // of a 2 x 2 inverse instead of 30 reciprocals, and 15 steps in the back substitution.
 // scol: 2 buffers of the two pivot columns (their entry N: the pivot rows' z), 32 of x,
@@ -511,18 +546,10 @@ __device__ __forceinline__ void solve3(double* sg, double* sL, double* sb, doubl
     const int i = lane;
     const bool row = i < N;
     double a[N + 1], ra[Lean ? 1 : N];
-    const double bi0 = solve_rows<Lean>(sg, a, ra, lane);
+    const double bi0 = pair_start<Lean>(sg, a, ra, scol, lane);
     if (!Lean) sL = sg;
     double* const sx = scol + 128;
     double* const sD = scol + 160;
-    __syncwarp();
-    if (row) {
-        scol[i] = a[0];
-        scol[32 + i] = a[1];
-    }
-    if (i == 0) scol[N] = a[N];
-    if (i == 1) scol[32 + N] = a[N];
-    __syncwarp();
     bool good = true;
 #pragma unroll
     for (int t = 0; t < N / 2; ++t) {
@@ -567,15 +594,7 @@ __device__ __forceinline__ void solve3(double* sg, double* sL, double* sb, doubl
         __syncwarp();
     }
     // z = a[N]; w = D^-1 z by blocks; then L^T x = w, a block of two rows at a time.
-    if (row) sx[i] = a[N];
-    __syncwarp();
-    double xi = 0.0;
-    if (row) {
-        const int t = i >> 1, J = 2 * t;
-        const double z0 = sx[J], z1 = sx[J + 1];
-        xi = (i & 1) ? fma(sD[3 * t + 1], z0, sD[3 * t + 2] * z1) : fma(sD[3 * t], z0, sD[3 * t + 1] * z1);
-    }
-    __syncwarp();
+    double xi = pair_block_solve(a[N], sx, sD, lane);
     if (!GJ)
 #pragma unroll
         for (int t = N / 2 - 1; t >= 0; --t) {
@@ -617,17 +636,9 @@ __device__ __forceinline__ void solve6(double* sg, double* sb, double* scol, uns
     const int i = lane;
     const bool row = i < N;
     double a[N + 1], ra[1];
-    const double bi0 = solve_rows<true>(sg, a, ra, lane);
+    const double bi0 = pair_start<true>(sg, a, ra, scol, lane);
     double* const sx = scol + 128;
     double* const sD = scol + 160;
-    __syncwarp();
-    if (row) {
-        scol[i] = a[0];
-        scol[32 + i] = a[1];
-    }
-    if (i == 0) scol[N] = a[N];
-    if (i == 1) scol[32 + N] = a[N];
-    __syncwarp();
     bool good = true;
 #pragma unroll
     for (int t = 0; t < N / 2; ++t) {
@@ -677,15 +688,7 @@ __device__ __forceinline__ void solve6(double* sg, double* sb, double* scol, uns
         }
         __syncwarp();
     }
-    if (row) sx[i] = a[N];
-    __syncwarp();
-    double xi = 0.0;
-    if (row) {
-        const int t = i >> 1, J = 2 * t;
-        const double z0 = sx[J], z1 = sx[J + 1];
-        xi = (i & 1) ? fma(sD[3 * t + 1], z0, sD[3 * t + 2] * z1) : fma(sD[3 * t], z0, sD[3 * t + 1] * z1);
-    }
-    __syncwarp();
+    const double xi = pair_block_solve(a[N], sx, sD, lane);
     if (row) sx[i] = xi;
     __syncwarp();
     solve_accept<true>(sg, ra, sx, bi0, xi, good, total, flags, sb, lane);
