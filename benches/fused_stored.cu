@@ -391,12 +391,25 @@ __device__ __forceinline__ void imma_to_f64(const int (&acc)[5][6][4], double (&
 #endif
 
 // RESTOL (forty-seventh session, a timing and diagnosis aid): the acceptance bound on
-// |b - A x|^2 / |b|^2 (1e-20, a relative residual of 1e-10). RCP3: SOLVE 3 and 4's pivot
-// reciprocal without its last correction (rcp_solve6 below).
+// |b - A x|^2 / |b|^2 (1e-20, a relative residual of 1e-10).
 #ifndef RESTOL
 #define RESTOL 1e-20
 #endif
-__device__ __forceinline__ double rcp_pivot(double d);
+// The 2 x 2 pivot solvers' reciprocal of det (SOLVE 3, 4, 6): correctly rounded, or with
+// RCP3 without its last correction (3 FMAs after the MUFU instead of 5; within about an
+// ulp).
+__device__ __forceinline__ double rcp_pivot(double d) {
+#ifdef RCP3
+    double y;
+    asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(y) : "d"(d));
+    y = __hiloint2double(__double2hiint(y), __double2hiint(d) + 0x300402);
+    double e = fma(-d, y, 1.0);
+    e = fma(e, e, e);
+    return fma(y, e, y);
+#else
+    return rcp_rn_fast_f64(d);
+#endif
+}
 
 // The solvers' start: lane i < N loads row i of A (full, from the packed lower triangle
 // sg) into a[0..N-1] (and ra without Lean), b_i into a[N], and returns b_i.
@@ -530,6 +543,28 @@ __device__ __forceinline__ double pair_block_solve(double zi, double* sx, const 
     return xi;
 }
 
+// Step t of the 2 x 2 pivot solvers (SOLVE 3, 4, 6): this pair's two columns (c0, c1,
+// published by the step before), the next pair's buffers (n0, n1), the pivot block
+// (p00, p01 = A(J + 1, J), p11) and its determinant; good turns false on a non-positive
+// p00 or det.
+struct PivotPair {
+    const double* c0;
+    const double* c1;
+    double* n0;
+    double* n1;
+    double p00, p01, p11, det;
+};
+__device__ __forceinline__ PivotPair pivot_pair(double* scol, int t, bool& good) {
+    const int J = 2 * t;
+    const double* c0 = scol + 64 * (t & 1);
+    const double* c1 = c0 + 32;
+    double* n0 = scol + 64 * ((t + 1) & 1);
+    const double p00 = c0[J], p01 = c0[J + 1], p11 = c1[J + 1];
+    const double det = fma(p00, p11, -(p01 * p01));
+    good = good && p00 > 0.0 && det > 0.0;
+    return {c0, c1, n0, n0 + 32, p00, p01, p11, det};
+}
+
 // SOLVE 3: as SOLVE 2 with 2 x 2 pivot blocks (A = L D L^T, D block diagonal): 15 steps
 // of a 2 x 2 inverse instead of 30 reciprocals, and 15 steps in the back substitution.
 // scol: 2 buffers of the two pivot columns (their entry N: the pivot rows' z), 32 of x,
@@ -554,13 +589,7 @@ __device__ __forceinline__ void solve3(double* sg, double* sL, double* sb, doubl
 #pragma unroll
     for (int t = 0; t < N / 2; ++t) {
         const int J = 2 * t;
-        const double* c0 = scol + 64 * (t & 1);
-        const double* c1 = c0 + 32;
-        double* n0 = scol + 64 * ((t + 1) & 1);
-        double* n1 = n0 + 32;
-        const double p00 = c0[J], p01 = c0[J + 1], p11 = c1[J + 1];
-        const double det = fma(p00, p11, -(p01 * p01));
-        good = good && p00 > 0.0 && det > 0.0;
+        const auto [c0, c1, n0, n1, p00, p01, p11, det] = pivot_pair(scol, t, good);
         const double rdet = rcp_pivot(det);
         const double i00 = p11 * rdet, i01 = -p01 * rdet, i11 = p00 * rdet;
         if (i == 0) {
@@ -616,21 +645,6 @@ __device__ __forceinline__ void solve3(double* sg, double* sL, double* sb, doubl
 // then l, then two FMAs. The trailing columns, off the chain, use l = m rdet.
 // KAHAN6 forms m by Kahan's difference of products (the subtracted product's rounding error
 // added back).
-// RCP3 drops the reciprocal's last correction (3 FMAs after the MUFU instead of 5; not
-// correctly rounded, within about an ulp).
-__device__ __forceinline__ double rcp_solve6(double d) {
-#ifdef RCP3
-    double y;
-    asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(y) : "d"(d));
-    y = __hiloint2double(__double2hiint(y), __double2hiint(d) + 0x300402);
-    double e = fma(-d, y, 1.0);
-    e = fma(e, e, e);
-    return fma(y, e, y);
-#else
-    return rcp_rn_fast_f64(d);
-#endif
-}
-__device__ __forceinline__ double rcp_pivot(double d) { return rcp_solve6(d); }
 __device__ __forceinline__ void solve6(double* sg, double* sb, double* scol, unsigned total, int* flags,
                                        int lane) {
     const int i = lane;
@@ -643,13 +657,7 @@ __device__ __forceinline__ void solve6(double* sg, double* sb, double* scol, uns
 #pragma unroll
     for (int t = 0; t < N / 2; ++t) {
         const int J = 2 * t;
-        const double* c0 = scol + 64 * (t & 1);
-        const double* c1 = c0 + 32;
-        double* n0 = scol + 64 * ((t + 1) & 1);
-        double* n1 = n0 + 32;
-        const double p00 = c0[J], p01 = c0[J + 1], p11 = c1[J + 1];
-        const double det = fma(p00, p11, -(p01 * p01));
-        good = good && p00 > 0.0 && det > 0.0;
+        const auto [c0, c1, n0, n1, p00, p01, p11, det] = pivot_pair(scol, t, good);
         const bool below = row && (i < J || i > J + 1);
         const double u0 = a[J], u1 = a[J + 1];
 #ifdef KAHAN6
@@ -661,7 +669,7 @@ __device__ __forceinline__ void solve6(double* sg, double* sb, double* scol, uns
         const double m0 = below ? fma(u0, p11, -(u1 * p01)) : 0.0;
         const double m1 = below ? fma(u1, p00, -(u0 * p01)) : 0.0;
 #endif
-        const double rdet = rcp_solve6(det);
+        const double rdet = rcp_pivot(det);
         const double l0 = m0 * rdet, l1 = m1 * rdet;
         if (J + 2 < N) {
             const double t2 = fma(m1, c1[J + 2], m0 * c0[J + 2]);
