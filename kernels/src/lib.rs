@@ -24,6 +24,7 @@ pub mod basis;
 pub mod batch;
 pub mod cuda;
 pub mod families;
+pub mod gj2;
 pub mod householder;
 pub mod ldlt;
 pub mod pcr;
