@@ -32,6 +32,7 @@ pub mod paths;
 pub mod regression;
 pub mod solver;
 pub mod tuning;
+pub mod walk;
 
 pub use bench::{bench_solvers, BenchConfig, BenchReport, BenchRow};
 pub use module::{CompiledKernel, KernelFamily, KernelKey, ModuleCache};

@@ -1,0 +1,662 @@
+// The fused Longstaff-Schwartz walk (issue 5; benches/RESULTS.md, forty-fourth to
+// forty-eighth sessions): one block of two warps per outer path runs every regression
+// step of one American position at one exposure date, from the last exercise date before
+// maturity back to the first after the exposure date, with the date's states in shared
+// memory, the cash flows in registers and the discounted cash flows y in shared memory.
+// Per step: the Gram [Psi y]^T [Psi y] of the entering inner paths on the FP64 tensor
+// cores (the pipeline build's fragments, regression.cu with TC_K 8; the two warps' partial
+// sums joined, so A and b are not the pipeline's bits), scaled by 1 / count; the solve by
+// walk_solve (below); the exercise update; the copies of the next date's states, issued
+// as the exercise frees each chunk (TMA bulk copies on one mbarrier per chunk).
+//
+// The solve is level 0 of the escalating strategy (kernels/src/batch/escalate.rs) in
+// another form: the L D L^T of A with its pivots taken two at a time, as a Gauss-Jordan
+// elimination with 2 x 2 pivot blocks (every row other than the pair's is eliminated, so
+// there is no back substitution), and the same acceptance: every L D L^T pivot positive
+// (D_J = p00, D_{J+1} = det / p00 of each pivot block), the pivot ratio min D_jj / A_jj
+// at least 1 / threshold, the relative residual at most the tolerance and the solution
+// growth at most the threshold (residual_check in kernels/src/batch/residual.rs, the same
+// operations in the same order). The elimination is not backward stable as L D L^T's
+// substitutions are, so a system that fails the test with positive pivots gets one step of
+// iterative refinement in the working precision and the test again. Its CPU mirror is
+// kernels/src/gj2.rs (bitwise, with the correctly rounded reciprocal rcp_rn_fast_f64).
+// A system that still fails the test flags its
+// outer path: the walk then writes no cash flows for it, and the engine runs the outer
+// path's steps again through the pipeline (build, escalating solve, exercise).
+//
+// Everything else follows engine.cu: the entering paths (payoff > 0 when WALK_ITM, else
+// all), the too-few rule (0 < count < n: the fallback mean, the ordered sum of y over
+// the entering paths / count; count == 0: no exercise), the continuation psi . beta as
+// engine_continuation forms it (separate products and sums from 0), the exercise rule of
+// engine_exercises and the discounted cash flows of engine_exercise_store.
+//
+// Defines (from the host, kernels/src/cuda/walk.rs): WALK_D (assets, words per path of a
+// state row), WALK_M (inner paths, 32 < m <= 320), WALK_N (basis size, even, <= 30),
+// WALK_ITM (0 or 1), WALK_IDENTITY (basis function k reads asset k - 1) or the table
+// walk_asset(k), WALK_UNIT_INV (every 1 / S_0 is 1: no multiply) or walk_inv(k).
+//
+// States (paths.cu's payoff plane): the block of (outer path l, date date0 + s) is the
+// m x d doubles at states + l * stride + s * m * d: the m d high words, then the m
+// payoffs (doubles) at word m d.
+//
+// Block: 2 warps (64 threads), one outer path. Warp w owns the chunks of 32 inner paths
+// c = w mod 2 (their copies, their part of the Gram, their exercise); the solving warp is
+// chosen by its SM sub-partition (SWAPW, forty-seventh session). Shared memory: see
+// WALK_SMEM_BYTES.
+
+#define D WALK_D
+#define M WALK_M
+#define N WALK_N
+#define NCH ((M + 31) / 32)           // chunks of 32 inner paths
+#define NPK (31 * 32 / 2)             // packed lower triangle of the 31 x 31 augmented matrix
+#define SH_WORDS ((M * D + 3) / 4 * 4)  // the high words, padded to 16 bytes
+#define SCOL 272                      // the solver's scratch doubles
+#define WALK_SMEM_BYTES (SH_WORDS * 4 + M * 8 + M * 8 + NPK * 8 + 32 * 8 + SCOL * 8 + 16 + NCH * 8)
+
+#if N % 2 != 0 || N > 30 || N < 2
+#error "the walk takes an even basis size 2 <= n <= 30"
+#endif
+#if M <= 32 || M > 320
+#error "the walk takes 32 < m <= 320 inner paths"
+#endif
+
+// The engine's per-system report (engine.cu's EngineReport).
+struct WalkReport {
+    double residual;
+    unsigned method;
+    unsigned status;
+};
+
+__device__ __forceinline__ void walk_bar_sync() { __syncthreads(); }
+
+// ---- TMA bulk copies of one chunk (high words and payoffs) onto its mbarrier ----
+
+__device__ __forceinline__ unsigned walk_smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void walk_mbar_init(unsigned long long* b) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n\tfence.mbarrier_init.release.cluster;" ::"r"(
+                     walk_smem_addr(b))
+                 : "memory");
+}
+__device__ __forceinline__ void walk_mbar_wait(unsigned long long* b, unsigned parity) {
+    asm volatile(
+        "{\n\t.reg .pred P1;\n\tWAIT_%=:\n\t"
+        "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n\t@!P1 bra WAIT_%=;\n\t}" ::"r"(walk_smem_addr(b)),
+        "r"(parity)
+        : "memory");
+}
+// Chunk c of the block at src into sh / sp on barrier mb[c] (lane 0 only, after the warp's
+// last generic reads of the chunk: the proxy fence first). Sizes and addresses are
+// multiples of 16 bytes (the host checks m d and the last chunk).
+__device__ __forceinline__ void walk_issue_chunk(unsigned* sh, double* sp, const unsigned* src, int c,
+                                                 unsigned long long* mb) {
+    const int p0 = 32 * c, np = min(32, M - p0);
+    const unsigned bw = np * D * 4, bp = np * 8;
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(walk_smem_addr(mb + c)),
+                 "r"(bw + bp)
+                 : "memory");
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+            walk_smem_addr(sh + p0 * D)),
+        "l"(src + p0 * D), "r"(bw), "r"(walk_smem_addr(mb + c))
+        : "memory");
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+            walk_smem_addr(sp + p0)),
+        "l"((const double*)(src + M * D) + p0), "r"(bp), "r"(walk_smem_addr(mb + c))
+        : "memory");
+}
+
+// ---- The Gram on the FP64 tensor cores ----
+
+// The 6 blocks of 16 x 8 that cover the lower [Psi y]^T [Psi y] (rows 16 R.., columns
+// 8 J.., J <= 2 R + 1): f(R, J, k) for block k = 0..5 in that order.
+template <typename F>
+__device__ __forceinline__ void walk_lower_blocks(F f) {
+    int k = 0;
+#pragma unroll
+    for (int R = 0; R < 2; ++R)
+#pragma unroll
+        for (int J = 0; J < 4 && J <= 2 * R + 1; ++J, ++k) f(R, J, k);
+}
+
+// This lane's 4 entries of each block in the MMA accumulator layout: f(k, e, row, col).
+template <typename F>
+__device__ __forceinline__ void walk_lane_entries(int lane, F f) {
+    const int g = lane >> 2, q = lane & 3;
+    walk_lower_blocks([&](int R, int J, int k) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) f(k, e, 16 * R + g + 8 * (e >> 1), 8 * J + 2 * q + (e & 1));
+    });
+}
+
+// Basis function col (1 <= col < N) of a state row: S_h[asset] (* 1 / S_0), the pipeline
+// build's 1 * (S_h * inv) (no multiply where 1 / S_0 is 1: the same value).
+__device__ __forceinline__ double walk_feature(const unsigned* row, int col) {
+#ifdef WALK_IDENTITY
+    const double s = state_high(row, col - 1);
+#else
+    const double s = state_high(row, walk_asset(col));
+#endif
+#ifdef WALK_UNIT_INV
+    return s;
+#else
+    return 1.0 * (s * walk_inv(col));
+#endif
+}
+
+// One chunk's groups of 8 paths (NG of them) into acc: the paths of mask, rows hb[p * D ..],
+// y_p = yb[p]. Groups with no entering path add zeros (no branch: one basic block).
+template <int NG>
+__device__ __forceinline__ void walk_build_groups(double (&acc)[6][4], const unsigned* hb, unsigned mask,
+                                                  const double* yb, int lane) {
+    const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int k0 = 0; k0 < 8 * NG; k0 += 8) {
+        double v[4][2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int pl = k0 + q + 4 * h;
+            const bool enters = (mask >> pl) & 1u;
+            const int p = enters ? pl : 0;
+            const unsigned* sph = hb + p * D;
+            const double yv = yb[p];
+#pragma unroll
+            for (int I = 0; I < 4; ++I) {
+                const int col = 8 * I + g;
+                double val;
+                if (col >= 1 && col < N)
+                    val = walk_feature(sph, col);
+                else
+                    val = col == 0 ? 1.0 : (col == N ? yv : 0.0);
+                v[I][h] = enters ? val : 0.0;
+            }
+        }
+        walk_lower_blocks([&](int R, int J, int k) {
+            mma_m16n8k8_f64(acc[k], v[2 * R][0], v[2 * R + 1][0], v[2 * R][1], v[2 * R + 1][1], v[J][0], v[J][1]);
+        });
+    }
+}
+
+// One chunk (np paths): its entering paths counted into total, their products into acc.
+__device__ __forceinline__ void walk_build_chunk(double (&acc)[6][4], unsigned& total, const unsigned* hb,
+                                                 const double* pb, const double* yb, int np, int lane) {
+    const bool f = lane < np && (!WALK_ITM || pb[lane] > 0.0);
+    const unsigned mask = __ballot_sync(0xffffffffu, f);
+    total += __popc(mask);
+    constexpr int ngl = (M % 32 + 7) / 8;
+    if (ngl > 0 && np < 32) {
+        walk_build_groups<ngl>(acc, hb, mask, yb, lane);
+        return;
+    }
+    walk_build_groups<4>(acc, hb, mask, yb, lane);
+}
+
+// One pass over this lane's entries (the packed lower triangle of the augmented matrix in
+// sg, b in row N): op 0 stores acc, 3 stores (acc + sg) * inv.
+__device__ __forceinline__ void walk_gram_pass(double (&acc)[6][4], double* sg, int lane, int op, double inv) {
+    walk_lane_entries(lane, [&](int k, int e, int r, int cc) {
+        if (r <= N && cc <= r && cc < N) {
+            double* t = sg + r * (r + 1) / 2 + cc;
+            if (op == 0)
+                *t = acc[k][e];
+            else
+                *t = (acc[k][e] + *t) * inv;
+        }
+    });
+}
+
+// ---- The solver: L D L^T by 2 x 2 pivot blocks in Gauss-Jordan form ----
+
+// The solver's reciprocal of a pivot block's determinant: correctly rounded for det in
+// [2^-1000, 2^1001) (rcp.cu); outside it the pivot ratio rejects the system anyway.
+__device__ __forceinline__ double walk_rcp(double d) { return rcp_rn_fast_f64(d); }
+
+// The outcome of one solve.
+struct WalkSolve {
+    bool accepted;
+    double residual;
+};
+
+// The elimination of the system in sg (packed lower triangle of the n x n A; not changed)
+// with right-hand side rhs (lane i's entry) on one warp: L D L^T by 2 x 2 pivot blocks in
+// Gauss-Jordan form. Lane i holds row i of [A rhs] (a[0..N]); returns x_i (0 for lanes
+// i >= N) and whether every pivot (p00 and det) was positive. Scratch: scol[0..128)
+// (two buffers of the pair's two columns, entry N the pair's right-hand sides),
+// sD = scol + 160 (the blocks' inverses, 3 per block), sP = scol + 208 (the blocks' p00
+// and det), sx = scol + 128 (z).
+struct WalkGj {
+    double xi;
+    bool good;
+};
+__device__ __noinline__ WalkGj walk_gj(const double* sg, double rhs, double* scol, int lane) {
+    const int i = lane;
+    bool good = true;
+    const bool row = i < N;
+    double a[N + 1];
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+        const int r = max(i, k), cc = min(i, k);
+        a[k] = row ? sg[r * (r + 1) / 2 + cc] : 0.0;
+    }
+    a[N] = row ? rhs : 0.0;
+    __syncwarp();
+    // The first pivot pair's columns, their entry N the pair's right-hand sides.
+    if (row) {
+        scol[i] = a[0];
+        scol[32 + i] = a[1];
+    }
+    if (i == 0) scol[N] = a[N];
+    if (i == 1) scol[32 + N] = a[N];
+    __syncwarp();
+    double* const sx = scol + 128;
+    double* const sD = scol + 160;
+    double* const sP = scol + 208;
+#pragma unroll
+    for (int t = 0; t < N / 2; ++t) {
+        const int J = 2 * t;
+        const double* c0 = scol + 64 * (t & 1);
+        const double* c1 = c0 + 32;
+        double* n0 = scol + 64 * ((t + 1) & 1);
+        double* n1 = n0 + 32;
+        const double p00 = c0[J], p01 = c0[J + 1], p11 = c1[J + 1];
+        const double det = fma(p00, p11, -(p01 * p01));
+        good = good && p00 > 0.0 && det > 0.0;
+        const bool below = row && (i < J || i > J + 1);
+        const double u0 = a[J], u1 = a[J + 1];
+        // m = adj(P) u by Kahan's difference of products; l = m / det.
+        const double t0 = u1 * p01, t1 = u0 * p01;
+        const double m0 = below ? fma(u0, p11, -t0) - fma(u1, p01, -t0) : 0.0;
+        const double m1 = below ? fma(u1, p00, -t1) - fma(u0, p01, -t1) : 0.0;
+        const double rdet = walk_rcp(det);
+        const double l0 = m0 * rdet, l1 = m1 * rdet;
+        if (J + 2 < N) {
+            // The look-ahead columns (the next pair's and the right-hand side) first.
+            const double t2 = fma(m1, c1[J + 2], m0 * c0[J + 2]);
+            const double t3 = fma(m1, c1[J + 3], m0 * c0[J + 3]);
+            const double tn = fma(m1, c1[N], m0 * c0[N]);
+            a[J + 2] = fma(-rdet, t2, a[J + 2]);
+            a[J + 3] = fma(-rdet, t3, a[J + 3]);
+            a[N] = fma(-rdet, tn, a[N]);
+            if (row && i >= J + 2) {
+                n0[i] = a[J + 2];
+                n1[i] = a[J + 3];
+            }
+            if (i == J + 2) n0[N] = a[N];
+            if (i == J + 3) n1[N] = a[N];
+        } else {
+            a[N] = fma(-l1, c1[N], fma(-l0, c0[N], a[N]));  // the last pair: the rows above it
+        }
+#pragma unroll
+        for (int k = J + 4; k < N; ++k) a[k] = fma(-l1, c1[k], fma(-l0, c0[k], a[k]));
+        if (i == 0) {
+            sD[3 * t] = p11 * rdet;
+            sD[3 * t + 1] = -p01 * rdet;
+            sD[3 * t + 2] = p00 * rdet;
+            sP[2 * t] = p00;
+            sP[2 * t + 1] = det;
+        }
+        __syncwarp();
+    }
+    // x = D^-1 z by the pivot blocks' inverses (z = a[N]).
+    if (row) sx[i] = a[N];
+    __syncwarp();
+    double xi = 0.0;
+    if (row) {
+        const int t = i >> 1, J = 2 * t;
+        const double z0 = sx[J], z1 = sx[J + 1];
+        xi = (i & 1) ? fma(sD[3 * t + 1], z0, sD[3 * t + 2] * z1) : fma(sD[3 * t], z0, sD[3 * t + 1] * z1);
+    }
+    __syncwarp();
+    return {xi, good};
+}
+
+// The parts of residual_check (kernels/src/batch/residual.rs) that depend on A alone, for
+// the system in sg, on one warp: the equilibration scale s_i = 1 / sqrt(|a_ii|) (1 where
+// a_ii = 0) into sS = scol + 240, and the maxima over rows of sum_k |a_ik| and of
+// sum_k |s_i a_ik s_k| (row sums in column order) into scol[270] and scol[271]. The walk
+// runs it on the warp that does not solve, while the other eliminates.
+__device__ __noinline__ void walk_matrix_norms(const double* sg, double* scol, int lane) {
+    const int i = lane;
+    const bool row = i < N;
+    double* const sS = scol + 240;
+    if (row) {
+        const double dii = fabs(sg[i * (i + 1) / 2 + i]);
+        sS[i] = dii > 0.0 ? 1.0 / sqrt(dii) : 1.0;
+    }
+    __syncwarp();
+    double rsum = 0.0, srow = 0.0;
+    const double si = row ? sS[i] : 1.0;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+        const int r = max(i, k), cc = min(i, k);
+        const double arc = row ? sg[r * (r + 1) / 2 + cc] : 0.0;
+        rsum = rsum + fabs(arc);
+        srow = srow + fabs(si * arc * sS[k]);
+    }
+    double a_max = row ? rsum : 0.0, sa_max = row ? srow : 0.0;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        a_max = fmax(a_max, __shfl_xor_sync(0xffffffffu, a_max, o));
+        sa_max = fmax(sa_max, __shfl_xor_sync(0xffffffffu, sa_max, o));
+    }
+    if (lane == 0) {
+        scol[270] = a_max;
+        scol[271] = sa_max;
+    }
+    __syncwarp();
+}
+
+// The acceptance test of level 0 of the escalating strategy for x (lane i's x_i) with the
+// pivots of the last walk_gj (sP = scol + 208), good, and walk_matrix_norms's results:
+// the pivot ratio min D_jj / A_jj (D_J = p00, D_{J+1} = det / p00) times thr at least 1,
+// and residual_check with the residual at most tol and the growth at most thr. Publishes
+// x in sx = scol + 128 and returns lane i's residual r_i = b_i - (A x)_i (summed in column
+// order) in *ri_out (the refinement's right-hand side).
+__device__ __noinline__ WalkSolve walk_check(const double* sg, double* scol, double xi, double bi0, bool good,
+                                             double tol, double thr, double* ri_out, int lane) {
+    const int i = lane;
+    const bool row = i < N;
+    double* const sx = scol + 128;
+    const double* const sP = scol + 208;
+    const double* const sS = scol + 240;
+    if (row) sx[i] = xi;
+    __syncwarp();
+    double ratio = 1.0;
+    if (row) {
+        const int t = i >> 1;
+        const double p00 = sP[2 * t];
+        const double piv = (i & 1) ? sP[2 * t + 1] / p00 : p00;
+        ratio = piv / sg[i * (i + 1) / 2 + i];
+    }
+    double acc = 0.0;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+        const int r = max(i, k), cc = min(i, k);
+        const double arc = row ? sg[r * (r + 1) / 2 + cc] : 0.0;
+        acc = acc + arc * sx[k];
+    }
+    const double si = row ? sS[i] : 1.0;
+    const double a_max = scol[270], sa_max = scol[271];
+    __syncwarp();  // sx is read: a refinement may overwrite it
+    const double rs = bi0 - acc;
+    *ri_out = rs;
+    const double ri = fabs(rs);
+    // Lanes past N contribute zeros (and a ratio of 1) to the maxima.
+    bool bad = row && (ri != ri || !(fabs(xi) <= 1.7976931348623157e308));
+    double r_max = row ? ri : 0.0, x_max = row ? fabs(xi) : 0.0, b_max = row ? fabs(bi0) : 0.0;
+    double sx_max = row ? fabs(xi / si) : 0.0, sb_max = row ? fabs(si * bi0) : 0.0;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        r_max = fmax(r_max, __shfl_xor_sync(0xffffffffu, r_max, o));
+        x_max = fmax(x_max, __shfl_xor_sync(0xffffffffu, x_max, o));
+        b_max = fmax(b_max, __shfl_xor_sync(0xffffffffu, b_max, o));
+        sx_max = fmax(sx_max, __shfl_xor_sync(0xffffffffu, sx_max, o));
+        sb_max = fmax(sb_max, __shfl_xor_sync(0xffffffffu, sb_max, o));
+        ratio = fmin(ratio, __shfl_xor_sync(0xffffffffu, ratio, o));
+    }
+    bad = __any_sync(0xffffffffu, bad);
+    WalkSolve out;
+    if (bad) {
+        out.residual = __longlong_as_double(0x7ff8000000000000LL);
+        out.accepted = false;
+        return out;
+    }
+    const double den = a_max * x_max + b_max;
+    out.residual = den == 0.0 ? 0.0 : r_max / den;
+    const double sax = sa_max * sx_max;
+    const double growth = sax == 0.0 ? 0.0 : sax / sb_max;
+    const bool ill = growth > thr || ratio * thr < 1.0;
+    out.accepted = good && !ill && out.residual <= tol;
+    return out;
+}
+
+// Solves the system in sg (packed lower triangle of A, b in row N; not changed) on one
+// warp: walk_gj, walk_check; where the test fails with positive pivots, one step of
+// iterative refinement in the working precision (x += the solve of A d = b - A x: the
+// elimination is not backward stable as L D L^T's substitutions are, and one step of
+// refinement makes up for it, Skeel 1980) and the test again. x goes to sx = scol + 128
+// (SCOL doubles of scratch). walk_matrix_norms must have run on sg first: with
+// norms_barrier, on the block's other warp, which arrives at named barrier 1 when done
+// (the walk); without, on this warp before the call. Every lane returns the same outcome.
+__device__ __noinline__ WalkSolve walk_solve(const double* sg, double* scol, double tol, double thr,
+                                             bool norms_barrier, int lane) {
+    const double bi0 = lane < N ? sg[N * (N + 1) / 2 + lane] : 0.0;
+    const WalkGj first = walk_gj(sg, bi0, scol, lane);
+    if (norms_barrier) asm volatile("bar.sync 1, 64;" ::: "memory");
+    double xi = first.xi, ri;
+    WalkSolve out = walk_check(sg, scol, xi, bi0, first.good, tol, thr, &ri, lane);
+    if (__any_sync(0xffffffffu, !out.accepted && first.good)) {
+        xi = xi + walk_gj(sg, ri, scol, lane).xi;
+        out = walk_check(sg, scol, xi, bi0, first.good, tol, thr, &ri, lane);
+    }
+    if (lane < N) scol[128 + lane] = xi;
+    __syncwarp();
+    return out;
+}
+
+// The walk of outer path l = blockIdx.x over `steps` regression steps, s = steps - 1 .. 0 at
+// exercise dates date0 + s. In: the states (above; stride doubles per outer path), the
+// discount factors discount[k] = e^{-r k dt}, alive[l] (a dead outer path is skipped), the
+// cash flows cash_g[l * m + mm] and their dates cash_date_g (absolute date indices), and
+// the first step's discounted cash flows y_g (engine_cash_init's). Out, for an outer path
+// not flagged: cash_g and cash_date_g after the walk; for every alive outer path:
+// flags[l] (1: a system failed the acceptance test, nothing else written for it but
+// counts and reports up to that step), counts[s * c + l] (the entering paths of step s)
+// and reports[s * c + l] (residual, method 0, status 0 for a solved system; for a system
+// with counts < n nothing). y_g is not written.
+extern "C" __global__ void __launch_bounds__(64, 4)
+walk_american(const double* __restrict__ states, long long stride, long long c, int steps, unsigned date0,
+              const double* __restrict__ discount, const unsigned char* __restrict__ alive,
+              double* __restrict__ cash_g, unsigned* __restrict__ cash_date_g, const double* __restrict__ y_g,
+              unsigned char* __restrict__ flags, unsigned* __restrict__ counts, WalkReport* __restrict__ reports,
+              double tol, double thr) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    unsigned* const sh = (unsigned*)smem;               // M x D high words
+    double* const sp = (double*)(sh + SH_WORDS);        // M payoffs
+    double* const sy = sp + M;                          // M discounted cash flows
+    double* const sg = sy + M;                          // packed [Psi y]^T [Psi y]
+    double* const sb = sg + NPK;                        // beta
+    double* const scol = sb + 32;                       // the solver's scratch
+    unsigned* const stot = (unsigned*)(scol + SCOL);    // warp 1's count, the flag, warp 0's count
+    unsigned long long* const mb = (unsigned long long*)(stot + 4);  // the chunks' mbarriers
+    // The solving warp: the one whose SM sub-partition (warp slot mod 4) balances the
+    // solvers (slot s solves where bit 2 of s equals bit 0), if the block's two warps sit
+    // on such a pair; otherwise warp 0. Every thread takes part (no return before).
+    const int lane = threadIdx.x & 31;
+    int w = threadIdx.x >> 5;
+    {
+        unsigned wid;
+        asm volatile("mov.u32 %0, %%warpid;" : "=r"(wid));
+        const bool f = ((wid >> 2) & 1) == (wid & 1);
+        const int f1 = __syncthreads_count(w == 1 && f), f0 = __syncthreads_count(w == 0 && f);
+        w ^= (f1 > 0 && f0 == 0) ? 1 : 0;
+    }
+    const long long l = blockIdx.x;
+    if (l >= c) return;
+    if (!alive[l]) {
+        if (threadIdx.x == 0) flags[l] = 0;
+        return;
+    }
+    const unsigned* const base = (const unsigned*)(states + l * stride);
+    auto block = [&](int s) { return base + (long long)s * (2 * M * D); };
+
+    double cash[NCH];
+    unsigned cdate[NCH];
+#pragma unroll
+    for (int cc = 0; cc < NCH; ++cc) {
+        if (cc % 2 != w) continue;
+        const int p = 32 * cc + lane;
+        cash[cc] = p < M ? cash_g[l * M + p] : 0.0;
+        cdate[cc] = p < M ? cash_date_g[l * M + p] : 0u;
+        if (p < M) sy[p] = y_g[l * M + p];
+    }
+    if (threadIdx.x == 0) stot[1] = 0;
+    if (lane == 0)
+        for (int cc = w; cc < NCH; cc += 2) walk_mbar_init(mb + cc);
+    __syncwarp();
+    if (lane == 0)
+        for (int cc = w; cc < NCH; cc += 2) walk_issue_chunk(sh, sp, block(steps - 1), cc, mb);
+
+    for (int s = steps - 1; s >= 0; --s) {
+        const unsigned date = date0 + (unsigned)s;
+        // The Gram: this warp's chunks, then warp 1's sums join warp 0's in sg.
+        unsigned total = 0;
+        double acc[6][4];
+#pragma unroll
+        for (int k = 0; k < 6; ++k) acc[k][0] = acc[k][1] = acc[k][2] = acc[k][3] = 0.0;
+#pragma unroll 1
+        for (int cc = w; cc < NCH; cc += 2) {
+            walk_mbar_wait(mb + cc, (steps - 1 - s) & 1);
+            __syncwarp();
+            const int p0 = 32 * cc;
+            walk_build_chunk(acc, total, sh + p0 * D, sp + p0, sy + p0, min(32, M - p0), lane);
+        }
+        if (w == 1) {
+            walk_gram_pass(acc, sg, lane, 0, 0.0);
+            if (lane == 0) stot[0] = total;
+        } else if (lane == 0) {
+            stot[2] = total;
+        }
+        walk_bar_sync();
+        if (w == 1 && total + stot[2] >= (unsigned)N) {
+            // A's norms for the solver's acceptance test, beside its elimination (sg
+            // holds the scaled sums once warp 0's join pass is done: barrier 2).
+            asm volatile("bar.sync 2, 64;" ::: "memory");
+            walk_matrix_norms(sg, scol, lane);
+            asm volatile("bar.arrive 1, 64;" ::: "memory");
+        }
+        if (w == 0) {
+            total += stot[0];
+            walk_gram_pass(acc, sg, lane, 3, total > 0 ? 1.0 / (double)total : 0.0);
+            const bool selected = total >= (unsigned)N;
+            if (selected) asm volatile("bar.arrive 2, 64;" ::: "memory");
+            __syncwarp();
+            bool ok = false;
+            double residual = 0.0, mean = 0.0;
+            if (selected) {
+                const WalkSolve r = walk_solve(sg, scol, tol, thr, true, lane);
+                ok = r.accepted;
+                residual = r.residual;
+            } else if (total > 0 && lane == 0) {
+                // Too few paths: the fallback mean, summed in path order (engine.cu).
+                double sum = 0.0;
+                for (int p = 0; p < M; ++p)
+                    if (!WALK_ITM || sp[p] > 0.0) sum = sum + sy[p];
+                mean = sum / (double)total;
+            }
+            mean = __shfl_sync(0xffffffffu, mean, 0);
+            if (lane < N) sb[lane] = ok ? scol[128 + lane] : (lane == 0 ? mean : 0.0);
+            if (lane == 0) {
+                counts[(long long)s * c + l] = total;
+                if (selected) reports[(long long)s * c + l] = WalkReport{residual, 0u, ok ? 0u : 2u};
+                if (selected && !ok) stot[1] = 1;
+            }
+        }
+        walk_bar_sync();
+
+        // The exercise from the shared states (engine_exercises, engine_exercise_store),
+        // chunks three at a time, then their next copies.
+        double bt[N];
+#pragma unroll
+        for (int k = 0; k < N; ++k) bt[k] = sb[k];
+        const unsigned* const nxt = s > 0 ? block(s - 1) : base;
+// One path's decision and its discounted cash flow (chunk CX, path P, continuation CONT).
+#define WALK_EX_ONE(CX, P, CONT)                                       \
+    if ((P) < M) {                                                     \
+        const double pv = sp[P];                                       \
+        if (pv > 0.0 && pv >= (CONT)) {                                \
+            cash[CX] = pv;                                             \
+            cdate[CX] = date;                                          \
+        }                                                              \
+        if (s > 0) sy[P] = cash[CX] * discount[cdate[CX] - (date - 1u)]; \
+    }
+// Chunks CA, CB, CC (CB, CC: -1 for none) together: the continuations, the decisions, then
+// the chunks' copies of the next date.
+#define WALK_EXN(CA, CB, CC)                                                                   \
+    {                                                                                          \
+        constexpr int CA_ = (CA), CB_ = (CB), CC_ = (CC);                                      \
+        constexpr int CBI = CB_ < 0 ? CA_ : CB_, CCI = CC_ < 0 ? CA_ : CC_;                     \
+        const int pa = 32 * CA_ + lane, pb = 32 * CBI + lane, pc = 32 * CCI + lane;            \
+        const unsigned* ra = sh + (32 * CA_ + 32 <= M ? pa : min(pa, M - 1)) * D;              \
+        const unsigned* rb = sh + (32 * CBI + 32 <= M ? pb : min(pb, M - 1)) * D;              \
+        const unsigned* rc = sh + (32 * CCI + 32 <= M ? pc : min(pc, M - 1)) * D;              \
+        double conta = 0.0 + 1.0 * bt[0], contb = conta, contc = conta;                        \
+        _Pragma("unroll") for (int k = 1; k < N; ++k) {                                        \
+            conta = conta + walk_feature(ra, k) * bt[k];                                       \
+            if (CB_ >= 0) contb = contb + walk_feature(rb, k) * bt[k];                         \
+            if (CC_ >= 0) contc = contc + walk_feature(rc, k) * bt[k];                         \
+        }                                                                                      \
+        WALK_EX_ONE(CA_, pa, conta)                                                            \
+        if constexpr (CB_ >= 0) { WALK_EX_ONE(CBI, pb, contb) }                                \
+        if constexpr (CC_ >= 0) { WALK_EX_ONE(CCI, pc, contc) }                                \
+        __syncwarp();                                                                          \
+        if (s > 0 && lane == 0) {                                                              \
+            walk_issue_chunk(sh, sp, nxt, CA_, mb);                                            \
+            if (CB_ >= 0) walk_issue_chunk(sh, sp, nxt, CBI, mb);                              \
+            if (CC_ >= 0) walk_issue_chunk(sh, sp, nxt, CCI, mb);                              \
+        }                                                                                      \
+    }
+// Warp W's chunks W, W + 2, ... (NCH <= 10) in groups of three.
+#define WALK_CH(C) ((C) < NCH ? (C) : -1)
+#define WALK_EX_WARP(W)                                                   \
+    {                                                                     \
+        if constexpr ((W) < NCH) WALK_EXN(W, WALK_CH((W) + 2), WALK_CH((W) + 4)) \
+        if constexpr ((W) + 6 < NCH) WALK_EXN((W) + 6, WALK_CH((W) + 8), -1)    \
+    }
+        if (w == 0)
+            WALK_EX_WARP(0)
+        else
+            WALK_EX_WARP(1)
+#undef WALK_EX_WARP
+#undef WALK_CH
+#undef WALK_EXN
+#undef WALK_EX_ONE
+        walk_bar_sync();  // sg, sb and the flag are free for the next step
+    }
+    const bool flagged = stot[1] != 0;
+    if (!flagged) {
+#pragma unroll
+        for (int cc = 0; cc < NCH; ++cc) {
+            if (cc % 2 != w) continue;
+            const int p = 32 * cc + lane;
+            if (p < M) {
+                cash_g[l * M + p] = cash[cc];
+                cash_date_g[l * M + p] = cdate[cc];
+            }
+        }
+    }
+    if (threadIdx.x == 0) flags[l] = flagged ? 1 : 0;
+}
+
+// Test entry: the solver on a batch of systems in the engine's layout (A: n x n
+// column-major, lower triangle read; b: n), one warp per system: x (n per system) and
+// out[4 * s ..] = {accepted, residual, 0, 0}. For the bitwise comparison with the CPU
+// mirror (kernels/src/gj2.rs).
+extern "C" __global__ void __launch_bounds__(32) walk_solve_batch(const double* __restrict__ a,
+                                                                  const double* __restrict__ b, long long batch,
+                                                                  double tol, double thr, double* __restrict__ x,
+                                                                  double* __restrict__ out) {
+    __shared__ double sg[NPK];
+    __shared__ double scol[SCOL];
+    const long long s = blockIdx.x;
+    const int lane = threadIdx.x;
+    if (s >= batch) return;
+    for (int e = lane; e < N * (N + 1) / 2; e += 32) {
+        int r = 0;
+        while ((r + 1) * (r + 2) / 2 <= e) ++r;
+        const int cc = e - r * (r + 1) / 2;
+        sg[e] = a[s * N * N + (long long)cc * N + r];
+    }
+    if (lane < N) sg[N * (N + 1) / 2 + lane] = b[s * N + lane];
+    __syncwarp();
+    walk_matrix_norms(sg, scol, lane);
+    const WalkSolve r = walk_solve(sg, scol, tol, thr, false, lane);
+    if (lane < N) x[s * N + lane] = scol[128 + lane];
+    if (lane == 0) {
+        out[4 * s] = r.accepted ? 1.0 : 0.0;
+        out[4 * s + 1] = r.residual;
+        out[4 * s + 2] = 0.0;
+        out[4 * s + 3] = 0.0;
+    }
+}
