@@ -45,7 +45,15 @@
 //! the phases add up to more than the wall time. `CVA_GPU_PROFILE=1` also prints them
 //! per piece.
 //!
+//! The fused walk (`CVA_GPU_WALK=1`, [`GpuWalk`]): for an American position it serves,
+//! each exposure date's regression steps run as one kernel, one block per outer path
+//! (build, solve and exercise with the states in shared memory), instead of the pipeline
+//! above; the outer paths it flags (a system that fails `L D L^T`'s acceptance test after
+//! a refinement step) then run through the pipeline, from the cash flows it left
+//! untouched, with the build limited to them.
+//!
 //! Development switches (environment, read at start-up): `CVA_GPU_PROFILE=1` (above),
+//! `CVA_GPU_WALK=1` (the fused walk),
 //! `CVA_GPU_PATHS_STREAM=0` (one stream), `CVA_GPU_DOUBLE=<piece>` (that piece launched
 //! twice, for measuring its energy: [`GpuEngine::launches`]), `CVA_GPU_PAYOFF_PLANE=0`
 //! (the low words stored where the payoff plane would replace them).
@@ -69,6 +77,7 @@ use cva_kernels::cuda::regression::{
     BasisTables, GpuOptionKind, GpuPayoff, GpuRegression, GpuUnderlying, RegressionConfig,
     RegressionSpec,
 };
+use cva_kernels::cuda::walk::{GpuWalk, WalkOutputs, WalkShape};
 use cva_kernels::cuda::{GpuBatchSolver, GpuError, GpuOptions, GpuReal, GpuReport};
 use cva_kernels::{BatchSummary, Method, Strategy};
 use rayon::prelude::*;
@@ -104,6 +113,52 @@ struct American<T: GpuReal> {
     n: usize,
     regression: GpuRegression<T>,
     basis: DeviceBasis,
+    /// The fused walk ([`GpuWalk`]) where it serves the position (see [`walk_shape`]):
+    /// it then runs the regression steps of each exposure date whose steps all start at
+    /// `L D L^T` (the memory rule), and the pipeline runs those of the outer paths it
+    /// flags.
+    walk: Option<GpuWalk>,
+}
+
+/// The fused walk's shape for an American position with basis `basis`, or why the
+/// pipeline serves it instead. The walk is a development switch, off by default:
+/// `CVA_GPU_WALK=1` turns it on where it serves the position (f64, the escalating
+/// strategy, the payoff plane, a linear basis and the shapes of [`WalkShape::check`]).
+/// Measured on an H200 (benches/RESULTS.md, forty-eighth session), it is no faster than
+/// the pipeline in `cva run`: 0.118 s against 0.114 s for basket29's 3.6 M regressions
+/// at 100,000 outer paths on one stream, 0.260 s against 0.249 s of wall time with the
+/// path stream beside it.
+fn walk_shape<T: GpuReal>(
+    scenario: &Scenario,
+    basis: &BasisTables,
+    payoff_plane: bool,
+) -> Result<WalkShape, String> {
+    let sim = &scenario.simulation;
+    if std::env::var_os("CVA_GPU_WALK").is_none_or(|v| v != "1") {
+        return Err("off (CVA_GPU_WALK=1 turns it on)".into());
+    }
+    if !T::IS_F64 {
+        return Err("f32 precision".into());
+    }
+    if sim.strategy != Strategy::Escalating {
+        return Err(format!("strategy {:?}", sim.strategy));
+    }
+    if !payoff_plane {
+        return Err("no payoff plane".into());
+    }
+    if basis.parent.iter().skip(1).any(|&p| p != 0) {
+        return Err("not a linear basis".into());
+    }
+    let shape = WalkShape {
+        d: scenario.market.assets.len(),
+        m: sim.inner_paths,
+        n: basis.len(),
+        itm_only: sim.itm_only,
+        assets: basis.var[1..].iter().map(|&v| basis.assets[v]).collect(),
+        inv_spot: basis.var[1..].iter().map(|&v| basis.inv_spot[v]).collect(),
+    };
+    shape.check()?;
+    Ok(shape)
 }
 
 /// The GPU engine after start-up: device context, compiled kernels, tables uploaded.
@@ -279,6 +334,9 @@ struct ChunkOutput {
     steps: Vec<(usize, usize, BatchSummary, usize)>,
     timings: PhaseTimings,
     outer_exercises: usize,
+    /// Outer paths (summed over dates and positions) the fused walk flagged and the
+    /// pipeline ran again.
+    walk_flagged: usize,
 }
 
 /// The device buffers of a chunk of `c` outer paths (allocated once, reused by every
@@ -309,6 +367,15 @@ struct ChunkBuffers<T: GpuReal> {
     alive: CudaSlice<u8>,
     /// One [`StepRecord`] per regression step of the chunk.
     records: CudaSlice<u64>,
+    /// The fused walk's outputs: flags `[l]`, the outer paths it solved and those it
+    /// flagged (`[l]`, masks), entering-path counts and reports `[s * c + l]` per step
+    /// `s` of an exposure date, and the number flagged.
+    walk_flags: CudaSlice<u8>,
+    walk_walked: CudaSlice<u8>,
+    walk_fallback: CudaSlice<u8>,
+    walk_counts: CudaSlice<u32>,
+    walk_reports: CudaSlice<GpuReport>,
+    walk_flagged: CudaSlice<u32>,
     /// `[step * c + l]`: residuals of the steps of the chunk, and a page-locked host
     /// copy.
     residuals: CudaSlice<f32>,
@@ -333,6 +400,9 @@ struct ChunkShape {
     /// Dates the inner paths of one exposure date span at most, over the even dates
     /// (buffer set 0) and the odd ones (set 1).
     set_steps: [usize; 2],
+    /// Regression steps of one position at one exposure date, at most (the walk's
+    /// per-step buffers).
+    walk_steps: usize,
 }
 
 impl ChunkShape {
@@ -367,6 +437,7 @@ impl ChunkShape {
             nmax,
             cap,
             set_steps,
+            walk_steps: scenario.exposure_dates.max(1),
         }
     }
 
@@ -383,6 +454,8 @@ impl ChunkShape {
             + 4
             + self.positions
             + self.cap * 8
+            + self.walk_steps * (4 + std::mem::size_of::<GpuReport>())
+            + 3
             + 64
     }
 
@@ -433,6 +506,12 @@ impl ChunkShape {
             payoffs: stream.alloc_zeros(c * m)?,
             alive: stream.alloc_zeros(self.positions.max(1) * c)?,
             records: stream.alloc_zeros(cap * STEP_RECORD_WORDS)?,
+            walk_flags: stream.alloc_zeros(c)?,
+            walk_walked: stream.alloc_zeros(c)?,
+            walk_fallback: stream.alloc_zeros(c)?,
+            walk_counts: stream.alloc_zeros(self.walk_steps * c)?,
+            walk_reports: stream.alloc_zeros(self.walk_steps * c)?,
+            walk_flagged: stream.alloc_zeros(1)?,
             residuals: stream.alloc_zeros(cap * c)?,
             // SAFETY: plain f32 storage, read only after a copy into it has completed
             // (`chunk` synchronizes the stream first); flags 0: cached, for reading on
@@ -753,11 +832,31 @@ impl<T: GpuReal> GpuEngine<T> {
                     };
                     let regression =
                         GpuRegression::<T>::new(&stream, &spec, RegressionConfig::from_env()?)?;
+                    let walk = match walk_shape::<T>(scenario, basis, payoff_plane) {
+                        Ok(shape) => match GpuWalk::new(&stream, &shape) {
+                            Ok(w) => Some(w),
+                            // A device without sm_90 or the shared memory: the pipeline.
+                            Err(GpuError::Invalid(why)) => {
+                                if profile {
+                                    eprintln!("GPU start-up: no fused walk: {why}");
+                                }
+                                None
+                            }
+                            Err(e) => return Err(e),
+                        },
+                        Err(why) => {
+                            if profile {
+                                eprintln!("GPU start-up: no fused walk: {why}");
+                            }
+                            None
+                        }
+                    };
                     americans.push(American {
                         position: *p,
                         n: basis.len(),
                         regression,
                         basis: DeviceBasis::new(&stream, basis)?,
+                        walk,
                     });
                 }
                 Ok((kernels, t_kernels, payoffs, americans, t.elapsed()))
@@ -877,6 +976,7 @@ impl<T: GpuReal> GpuEngine<T> {
         let mut start_level = vec![vec![Method::Ldlt; n_dates + 1]; self.americans.len()];
         let mut timings = PhaseTimings::default();
         let mut outer_exercises = 0;
+        let mut walk_flagged = 0;
         let mut steps: Vec<RegressionStepStats> = Vec::new();
         let mut index: HashMap<(usize, usize), usize> = HashMap::new();
         let mut c0 = 0;
@@ -973,10 +1073,17 @@ impl<T: GpuReal> GpuEngine<T> {
             timings.solve += out.timings.solve;
             timings.exposure += out.timings.exposure;
             outer_exercises += out.outer_exercises;
+            walk_flagged += out.walk_flagged;
             start_level = levels;
             clock.host("host: chunk commits", t_commit);
             progress.chunk_done(c);
             c0 += c;
+        }
+        if walk_flagged > 0 {
+            progress.note(&format!(
+                "GPU fused walk: {walk_flagged} (outer path, exposure date) walks had a system \
+                 fail L D L^T's acceptance test and ran through the escalating pipeline"
+            ));
         }
         // The buffers stay with the engine for its next run (released when it is
         // dropped): releasing tens of GB unmaps them at the next synchronisation, which
@@ -1259,9 +1366,83 @@ impl<T: GpuReal> GpuEngine<T> {
                     )?;
                     clock.mark(stream, Phase::Exposure, "cash init")?;
                 }
-                for j in (k + 1..mi).rev() {
-                    let start = start_level[a][j];
-                    let s = chunk_steps.len();
+                // The fused walk where it serves the position and every step of the date
+                // starts at L D L^T (the memory rule); its flagged outer paths then go
+                // through the pipeline, from the cash flows the walk left untouched.
+                let walk = am.walk.as_ref().filter(|_| {
+                    mi > k + 1 && (k + 1..mi).all(|j| start_level[a][j] == Method::Ldlt)
+                });
+                let walked = if let Some(walk) = walk {
+                    let steps_w = mi - k - 1;
+                    let s_first = chunk_steps.len();
+                    let params = &sim.solver_params;
+                    walk.walk(
+                        (&inner.slice(0..c * stride), stride, c),
+                        (steps_w, (k + 1) as u32),
+                        &discount,
+                        &alive,
+                        (
+                            &mut b.cash[set].slice_mut(0..c * m),
+                            &mut b.cash_date[set].slice_mut(0..c * m),
+                            &b.y[set].slice(0..c * m),
+                        ),
+                        (
+                            params.tolerance::<f64>(n),
+                            params.escalation_condition::<f64>(),
+                        ),
+                        WalkOutputs {
+                            flags: &mut b.walk_flags.slice_mut(0..c),
+                            counts: &mut b.walk_counts.slice_mut(0..steps_w * c),
+                            reports: &mut b.walk_reports.slice_mut(0..steps_w * c),
+                        },
+                    )?;
+                    clock.mark(stream, Phase::Build, "walk (build, solve, exercise)")?;
+                    stream.memset_zeros(&mut b.walk_flagged)?;
+                    self.kernels.walk_masks(
+                        &alive,
+                        &b.walk_flags.slice(0..c),
+                        &mut b.walk_walked.slice_mut(0..c),
+                        &mut b.walk_fallback.slice_mut(0..c),
+                        &mut b.walk_flagged.slice_mut(0..1),
+                    )?;
+                    for j in (k + 1..mi).rev() {
+                        let s = chunk_steps.len();
+                        let sw = j - k - 1;
+                        self.kernels.step_summary(
+                            n,
+                            &b.walk_reports.slice(sw * c..(sw + 1) * c),
+                            &b.walk_walked.slice(0..c),
+                            &b.walk_counts.slice(sw * c..(sw + 1) * c),
+                            &mut b
+                                .records
+                                .slice_mut(s * STEP_RECORD_WORDS..(s + 1) * STEP_RECORD_WORDS),
+                            &mut b.residuals.slice_mut(s * c..(s + 1) * c),
+                            false,
+                        )?;
+                        chunk_steps.push((k, a, j, Method::Ldlt));
+                    }
+                    clock.mark(stream, Phase::Solve, "walk step statistics")?;
+                    let flagged = stream.clone_dtoh(&b.walk_flagged)?[0];
+                    clock.mark(stream, Phase::Exposure, "walk flag count copy")?;
+                    out.walk_flagged += flagged as usize;
+                    Some((s_first, flagged))
+                } else {
+                    None
+                };
+                // One regression step through the pipeline (build, select, escalating
+                // solve, statistics, exercise) for the outer paths of `alive`, its
+                // statistics into record `slot`; with `fallback`, for the outer paths the
+                // walk flagged, its statistics added to the walk's.
+                let mut pipeline_step = |j: usize,
+                                         start: Method,
+                                         fallback: bool,
+                                         slot: usize,
+                                         clock: &mut PhaseClock|
+                 -> Result<(), GpuError> {
+                    let s = slot;
+                    let fallback_mask = b.walk_fallback.slice(0..c);
+                    let alive = if fallback { &fallback_mask } else { &alive };
+                    let keep = fallback;
                     let states = at(j);
                     let view = StateView {
                         states: &states,
@@ -1271,21 +1452,24 @@ impl<T: GpuReal> GpuEngine<T> {
                         d,
                     };
                     for _ in 0..self.launches("build") {
-                        am.regression.build(
+                        am.regression.build_active(
                             &states,
                             stride,
                             &b.y[set].slice(0..c * m),
                             c,
-                            &mut b.a.slice_mut(0..c * n * n),
-                            &mut b.b.slice_mut(0..c * n),
-                            &mut b.counts.slice_mut(0..c),
-                            &mut b.payoffs.slice_mut(0..c * m),
+                            (
+                                &mut b.a.slice_mut(0..c * n * n),
+                                &mut b.b.slice_mut(0..c * n),
+                                &mut b.counts.slice_mut(0..c),
+                                &mut b.payoffs.slice_mut(0..c * m),
+                            ),
+                            fallback.then_some(alive),
                         )?;
                     }
                     clock.mark(stream, Phase::Build, "regression build")?;
                     self.kernels.select::<T>(
                         n,
-                        &alive,
+                        alive,
                         &b.counts.slice(0..c),
                         &mut b.a.slice_mut(0..c * n * n),
                         &mut b.b.slice_mut(0..c * n),
@@ -1314,12 +1498,13 @@ impl<T: GpuReal> GpuEngine<T> {
                     self.kernels.step_summary(
                         n,
                         &b.reports.slice(0..c),
-                        &alive,
+                        alive,
                         &b.counts.slice(0..c),
                         &mut b
                             .records
                             .slice_mut(s * STEP_RECORD_WORDS..(s + 1) * STEP_RECORD_WORDS),
                         &mut b.residuals.slice_mut(s * c..(s + 1) * c),
+                        keep,
                     )?;
                     clock.mark(stream, Phase::Solve, "step statistics")?;
 
@@ -1331,7 +1516,7 @@ impl<T: GpuReal> GpuEngine<T> {
                             &am.basis,
                             &b.x.slice(0..c * n),
                             &b.reports.slice(0..c),
-                            &alive,
+                            alive,
                             &b.counts.slice(0..c),
                             &b.payoffs.slice(0..c * m),
                             &discount,
@@ -1342,7 +1527,23 @@ impl<T: GpuReal> GpuEngine<T> {
                         )?;
                     }
                     clock.mark(stream, Phase::Exposure, "exercise")?;
-                    chunk_steps.push((k, a, j, start));
+                    Ok(())
+                };
+                match walked {
+                    Some((s_first, flagged)) if flagged > 0 => {
+                        for j in (k + 1..mi).rev() {
+                            let slot = s_first + (mi - 1 - j);
+                            pipeline_step(j, start_level[a][j], true, slot, clock)?;
+                        }
+                    }
+                    Some(_) => {}
+                    None => {
+                        for j in (k + 1..mi).rev() {
+                            let start = start_level[a][j];
+                            pipeline_step(j, start, false, chunk_steps.len(), clock)?;
+                            chunk_steps.push((k, a, j, start));
+                        }
+                    }
                 }
 
                 // Value at t_k: continuation, or exercise along the outer path.

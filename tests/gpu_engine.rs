@@ -794,3 +794,96 @@ fn payoff_plane_gives_the_bits_of_the_low_words() {
         assert!(same && out[0].2.len() == out[1].2.len(), "{precision}: EPE");
     }
 }
+
+/// The fused walk (`cuda/walk.cu`, `CVA_GPU_WALK=1`) against the pipeline
+/// (`CVA_GPU_WALK=0`) on the same paths: the same regressions, solved by another
+/// elimination of the same `L D L^T` and accepted by the same test, so the CVA agrees far
+/// within 0.05 of its standard error and every system is solved at level 0 in both; the
+/// largest relative EPE difference is printed. That the walk ran: its steps are booked to
+/// the build phase, so the run's solve phase is the pipeline's batched solves alone,
+/// none here (less than a fifth of the pipeline run's; about 1/50 measured).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn walk_matches_the_pipeline_on_basket29() {
+    let sc = scenario("basket29.yaml");
+    let mut runs = Vec::new();
+    for walk in ["1", "0"] {
+        let dir = tempfile::tempdir().unwrap();
+        let args = ["--set", "simulation.outer_paths=3000", "--backend", "gpu"];
+        let s = run_json_env(&sc, dir.path(), &args, &[("CVA_GPU_WALK", walk)]);
+        let stats = read_frame(&dir.path().join("solver_stats.parquet"));
+        let systems: u64 = u64_column(&stats, "systems").iter().sum();
+        let ldlt: u64 = u64_column(&stats, "method_ldlt").iter().sum();
+        runs.push((s, epe(dir.path()), systems, ldlt));
+    }
+    let ((w, we, ws, wl), (p, pe, ps, pl)) = (&runs[0], &runs[1]);
+    let (cw, cp, se) = (f(w, "cva"), f(p, "cva"), f(p, "cva_std_error"));
+    let worst = we
+        .iter()
+        .zip(pe)
+        .map(|(a, b)| if a == b { 0.0 } else { (a - b).abs() / b.abs() })
+        .fold(0.0, f64::max);
+    println!(
+        "basket29 walk CVA {cw} pipeline {cp} (std error {se}); largest relative EPE \
+         difference {worst:.3e}; systems {ws} / {ps}, ldlt {wl} / {pl}; wall {} s / {} s",
+        f(w, "wall_seconds"),
+        f(p, "wall_seconds")
+    );
+    assert!(
+        (cw - cp).abs() <= 0.05 * se,
+        "CVA {cw} vs {cp}, std error {se}"
+    );
+    let (sw, sp) = (f(w, "solve_seconds"), f(p, "solve_seconds"));
+    assert!(
+        sw < 0.2 * sp,
+        "solve phase {sw} s with the walk, {sp} s without"
+    );
+    assert_eq!(ws, ps, "systems");
+    assert_eq!(wl, ws, "the walk's systems all at L D L^T");
+    assert_eq!(pl, ps, "the pipeline's systems all at L D L^T");
+    assert_eq!(we.len(), pe.len());
+    assert!(worst < 1e-3, "EPE differs by {worst:.3e}");
+}
+
+/// A residual tolerance no solve meets makes the walk flag every outer path with a
+/// system to solve: the pipeline then runs all their steps from the cash flows the walk
+/// left untouched (the escalation to divide and conquer included), and the run gives the
+/// bits of the pipeline alone (`CVA_GPU_WALK=0`): CVA, value at t_0, outer exercises, EPE
+/// profile and the solver statistics' counts.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn walk_with_every_path_flagged_gives_the_pipelines_bits() {
+    let sc = scenario("basket29.yaml");
+    let mut out = Vec::new();
+    for walk in ["1", "0"] {
+        let dir = tempfile::tempdir().unwrap();
+        let args = [
+            "--set",
+            "simulation.outer_paths=1000",
+            "--set",
+            "simulation.residual_tolerance=1.0e-300",
+            "--backend",
+            "gpu",
+        ];
+        let s = run_json_env(&sc, dir.path(), &args, &[("CVA_GPU_WALK", walk)]);
+        let stats = read_frame(&dir.path().join("solver_stats.parquet"));
+        let counts: Vec<Vec<u64>> = stats
+            .get_column_names()
+            .iter()
+            .filter(|n| !n.as_str().starts_with("residual"))
+            .map(|n| u64_column(&stats, n.as_str()))
+            .collect();
+        let bits = ["cva", "value_t0"].map(|k| f(&s, k).to_bits());
+        let profile: Vec<u64> = epe(dir.path()).iter().map(|v| v.to_bits()).collect();
+        out.push((bits, s["outer_exercises"].clone(), profile, counts));
+    }
+    println!(
+        "basket29, tolerance 1e-300: CVA {} with the walk, {} without",
+        f64::from_bits(out[0].0[0]),
+        f64::from_bits(out[1].0[0])
+    );
+    assert_eq!(out[0].0, out[1].0, "CVA and value at t0");
+    assert_eq!(out[0].1, out[1].1, "outer exercises");
+    assert_eq!(out[0].2, out[1].2, "EPE");
+    assert_eq!(out[0].3, out[1].3, "solver statistics");
+}

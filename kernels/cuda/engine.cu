@@ -606,12 +606,14 @@ extern "C" __global__ void engine_select_f32(const unsigned char* __restrict__ a
 // (alive, 0 < counts < n), [10] the bits of the largest positive residual of status Ok,
 // [11] 1 if a residual of status Ok is NaN. Reports with unknown codes count as status
 // Failed with a NaN residual (GpuReport::to_system_report). residual[l] = (float) the
-// residual of a selected system, NaN otherwise. record must be zeroed first.
+// residual of a selected system, NaN otherwise (with keep, residual[l] is written only
+// for the selected systems: a second summary of the same step over other outer paths,
+// the walk's fallback). record must be zeroed first.
 extern "C" __global__ void engine_step_summary(const EngineReport* __restrict__ reports,
                                                const unsigned char* __restrict__ alive,
                                                const unsigned* __restrict__ counts, long long c,
                                                int n, unsigned long long* __restrict__ record,
-                                               float* __restrict__ residual) {
+                                               float* __restrict__ residual, int keep) {
     __shared__ unsigned sh[10];
     __shared__ unsigned long long sh_max;
     __shared__ unsigned sh_nan;
@@ -649,10 +651,11 @@ extern "C" __global__ void engine_step_summary(const EngineReport* __restrict__ 
                     atomicMax(&sh_max, (unsigned long long)__double_as_longlong(res));
             }
             if (res == res) res_out = (float)res;
-        } else if (al && cnt > 0) {
-            atomicAdd(&sh[9], 1u);
+            residual[l] = res_out;
+        } else {
+            if (al && cnt > 0) atomicAdd(&sh[9], 1u);
+            if (!keep) residual[l] = res_out;
         }
-        residual[l] = res_out;
     }
     __syncthreads();
     if (threadIdx.x < 10) {
@@ -662,6 +665,23 @@ extern "C" __global__ void engine_step_summary(const EngineReport* __restrict__ 
     } else if (threadIdx.x == 11) {
         if (sh_nan) atomicOr(&record[11], 1ull);
     }
+}
+
+// After the fused walk (walk.cu): walked[l] = alive[l] && !flags[l] (the outer paths the
+// walk solved), fallback[l] = alive[l] && flags[l] (those to run through the pipeline),
+// *flagged += their number. One thread per outer path.
+extern "C" __global__ void engine_walk_masks(const unsigned char* __restrict__ alive,
+                                             const unsigned char* __restrict__ flags, long long c,
+                                             unsigned char* __restrict__ walked,
+                                             unsigned char* __restrict__ fallback,
+                                             unsigned* __restrict__ flagged) {
+    const long long l = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (l >= c) return;
+    const bool al = alive[l] != 0, f = al && flags[l] != 0;
+    walked[l] = al && !f;
+    fallback[l] = f;
+    const unsigned mask = __ballot_sync(__activemask(), f);
+    if (f && (threadIdx.x & 31) == __ffs(mask) - 1) atomicAdd(flagged, (unsigned)__popc(mask));
 }
 
 // The value of an American position at exposure date `date` on the outer paths where it

@@ -194,11 +194,14 @@ regression_build_f64(const double* __restrict__ states, long long path_stride,
                      int m, int d, const int* __restrict__ chain_asset_g,
                      const double* __restrict__ chain_inv_g, int kind, int put, double strike,
                      const int* __restrict__ ua_g, const double* __restrict__ uw_g, int nu,
-                     int itm_only) {
+                     int itm_only, const unsigned char* __restrict__ active) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const long long l = (long long)blockIdx.x * W + warp;
     if (l >= batch) return;  // whole warps: no barrier below spans warps
+    // Where active is given, an outer path with active[l] == 0 is skipped: nothing is
+    // written for it (its system is replaced and its exercise skipped by the caller).
+    if (active != nullptr && !active[l]) return;
     unsigned* const rawh = (unsigned*)((double*)smem + (long long)warp * TC_WARP_DOUBLES);
     unsigned* const rawl = rawh + STAGES * TC_CHUNK * D;  // low words, or payoffs (doubles)
     double* const yraw = (double*)(rawl + STAGES * TC_CHUNK * TC_SECOND_WORDS);
@@ -397,7 +400,8 @@ ENTRY(regression_build)(const double* __restrict__ states, long long path_stride
                         int m, int d, const int* __restrict__ chain_asset_g,
                         const double* __restrict__ chain_inv_g, int kind, int put, double strike,
                         const int* __restrict__ ua_g, const double* __restrict__ uw_g, int nu,
-                        int itm_only) {
+                        int itm_only, const unsigned char* __restrict__ active) {
+    (void)active;  // a hint the tile kernel does not take (its blocks span regressions)
     extern __shared__ __align__(16) unsigned char smem[];
     real* psi = (real*)smem;
     unsigned* rawh = (unsigned*)(psi + 2 * G * P * NEP);

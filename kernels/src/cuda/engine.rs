@@ -381,6 +381,7 @@ pub struct EngineKernels {
     select_f64: CudaFunction,
     select_f32: CudaFunction,
     step_summary: CudaFunction,
+    walk_masks: CudaFunction,
     american_value: CudaFunction,
     pay_maturing: CudaFunction,
     stats_sums: CudaFunction,
@@ -507,6 +508,7 @@ impl EngineKernels {
             select_f64: module.load_function("engine_select_f64")?,
             select_f32: module.load_function("engine_select_f32")?,
             step_summary: module.load_function("engine_step_summary")?,
+            walk_masks: module.load_function("engine_walk_masks")?,
             american_value: module.load_function("engine_american_value")?,
             pay_maturing: module.load_function("engine_pay_maturing")?,
             stats_sums: module.load_function("engine_stats_sums")?,
@@ -823,10 +825,13 @@ impl EngineKernels {
 
     /// Adds the counts of one regression step to `record` (`STEP_RECORD_WORDS` words,
     /// zeroed before the first call; see [`StepRecord`]) and writes `residual[l]`: the
-    /// residual (as f32) of selected system `l`, NaN where it has none or is not selected.
+    /// residual (as f32) of selected system `l`, NaN where it has none or is not selected
+    /// (with `keep`, only the selected systems' entries are written: a second summary of
+    /// the same step over other outer paths).
     ///
     /// # Errors
     /// [`GpuError::Invalid`] if a buffer is too short, driver errors.
+    #[allow(clippy::too_many_arguments)]
     pub fn step_summary(
         &self,
         n: usize,
@@ -835,6 +840,7 @@ impl EngineKernels {
         counts: &CudaView<u32>,
         record: &mut CudaViewMut<u64>,
         residual: &mut CudaViewMut<f32>,
+        keep: bool,
     ) -> Result<(), GpuError> {
         let c = counts.len();
         if reports.len() < c
@@ -848,7 +854,7 @@ impl EngineKernels {
         if c == 0 {
             return Ok(());
         }
-        let (c_arg, n_arg) = (c as i64, n as i32);
+        let (c_arg, n_arg, keep_arg) = (c as i64, n as i32, i32::from(keep));
         let mut l = self.stream.launch_builder(&self.step_summary);
         l.arg(reports)
             .arg(alive)
@@ -856,12 +862,50 @@ impl EngineKernels {
             .arg(&c_arg)
             .arg(&n_arg)
             .arg(record)
-            .arg(residual);
+            .arg(residual)
+            .arg(&keep_arg);
         // SAFETY: the arguments match `engine_step_summary` (const EngineReport*, const
-        // unsigned char*, const unsigned*, long long, int, unsigned long long*, float*);
+        // unsigned char*, const unsigned*, long long, int, unsigned long long*, float*,
+        // int);
         // reports, alive, counts and residual hold c elements, record 12 words
         // (checked); blocks of 256 threads (>= 12, the record's writers); threads >= c
         // only take part in the block's reduction.
+        unsafe { l.launch(grid(c)?) }?;
+        Ok(())
+    }
+
+    /// After the fused walk ([`super::walk::GpuWalk::walk`]): `walked[l] = alive[l] &&
+    /// !flags[l]`, `fallback[l] = alive[l] && flags[l]`, and `*flagged +=` the number of
+    /// the latter.
+    ///
+    /// # Errors
+    /// [`GpuError::Invalid`] if a buffer is too short, driver errors.
+    pub fn walk_masks(
+        &self,
+        alive: &CudaView<u8>,
+        flags: &CudaView<u8>,
+        walked: &mut CudaViewMut<u8>,
+        fallback: &mut CudaViewMut<u8>,
+        flagged: &mut CudaViewMut<u32>,
+    ) -> Result<(), GpuError> {
+        let c = alive.len();
+        if flags.len() < c || walked.len() < c || fallback.len() < c || flagged.is_empty() {
+            return Err(GpuError::Invalid("walk masks: buffer too short".into()));
+        }
+        if c == 0 {
+            return Ok(());
+        }
+        let c_arg = c as i64;
+        let mut l = self.stream.launch_builder(&self.walk_masks);
+        l.arg(alive)
+            .arg(flags)
+            .arg(&c_arg)
+            .arg(walked)
+            .arg(fallback)
+            .arg(flagged);
+        // SAFETY: the arguments match `engine_walk_masks` (const unsigned char*, const
+        // unsigned char*, long long, unsigned char*, unsigned char*, unsigned*); every
+        // buffer holds c elements, flagged one (checked).
         unsafe { l.launch(grid(c)?) }?;
         Ok(())
     }

@@ -727,6 +727,36 @@ impl<T: GpuReal> GpuRegression<T> {
         counts: &mut CudaViewMut<u32>,
         payoff: &mut CudaViewMut<f64>,
     ) -> Result<(), GpuError> {
+        self.build_active(states, path_stride, y, batch, (a, b, counts, payoff), None)
+    }
+
+    /// [`build`](Self::build) with a hint: where `active` (`batch` bytes) is given, the
+    /// tensor-core kernel skips the outer paths with `active[l] == 0` and writes nothing
+    /// for them (the tile kernel builds them all). The engine passes the outer paths that
+    /// take part (the fused walk's fallback: few of them).
+    ///
+    /// # Errors
+    /// As [`build`](Self::build); also a short `active`.
+    #[allow(clippy::type_complexity)]
+    pub fn build_active(
+        &self,
+        states: &CudaView<f64>,
+        path_stride: usize,
+        y: &CudaView<f64>,
+        batch: usize,
+        (a, b, counts, payoff): (
+            &mut CudaViewMut<T>,
+            &mut CudaViewMut<T>,
+            &mut CudaViewMut<u32>,
+            &mut CudaViewMut<f64>,
+        ),
+        active: Option<&CudaView<u8>>,
+    ) -> Result<(), GpuError> {
+        if active.is_some_and(|v| v.len() < batch) {
+            return Err(GpuError::Invalid(
+                "regression build: active too short".into(),
+            ));
+        }
         let (n, m, d) = (self.launch.n, self.spec.inner_paths, self.spec.assets);
         if batch == 0 {
             return Ok(());
@@ -781,6 +811,11 @@ impl<T: GpuReal> GpuRegression<T> {
             .arg(&self.under_weight)
             .arg(&self.under_len)
             .arg(&itm);
+        let null = 0u64;
+        match active {
+            Some(v) => l.arg(v),
+            None => l.arg(&null),
+        };
         let cfg = LaunchConfig {
             grid_dim: (grid as u32, 1, 1),
             block_dim: (self.launch.block_threads, 1, 1),
@@ -789,7 +824,8 @@ impl<T: GpuReal> GpuRegression<T> {
         // SAFETY: the argument list matches `regression_build_{f32,f64}` in
         // regression.cu, compiled for `T` (const double*, long long, const double*,
         // real*, real*, unsigned*, double*, long long, int, int, const int*, const
-        // double*, int, int, double, const int*, const double*, int, int). Every buffer
+        // double*, int, int, double, const int*, const double*, int, int, const unsigned
+        // char* (active: `batch` bytes, checked, or a null pointer)). Every buffer
         // was checked above to hold what the kernel indexes for `batch` regressions
         // (states up to (batch-1)*path_stride + m*d doubles, read as 2*m*d words per
         // block, y batch*m, a batch*n*n, b batch*n, counts batch, payoff batch*m);
