@@ -77,7 +77,7 @@ use cva_kernels::cuda::regression::{
     BasisTables, GpuOptionKind, GpuPayoff, GpuRegression, GpuUnderlying, RegressionConfig,
     RegressionSpec,
 };
-use cva_kernels::cuda::walk::{GpuWalk, WalkOutputs, WalkShape};
+use cva_kernels::cuda::walk::{GpuWalk, WalkOutputs, WalkShape, WALK_MAX_STEPS};
 use cva_kernels::cuda::{GpuBatchSolver, GpuError, GpuOptions, GpuReal, GpuReport};
 use cva_kernels::{BatchSummary, Method, Strategy};
 use rayon::prelude::*;
@@ -148,6 +148,12 @@ fn walk_shape<T: GpuReal>(
     }
     if basis.parent.iter().skip(1).any(|&p| p != 0) {
         return Err("not a linear basis".into());
+    }
+    if scenario.exposure_dates > WALK_MAX_STEPS {
+        return Err(format!(
+            "{} exposure dates (the walk takes at most {WALK_MAX_STEPS} steps)",
+            scenario.exposure_dates
+        ));
     }
     let shape = WalkShape {
         d: scenario.market.assets.len(),
@@ -1396,7 +1402,20 @@ impl<T: GpuReal> GpuEngine<T> {
                             reports: &mut b.walk_reports.slice_mut(0..steps_w * c),
                         },
                     )?;
-                    clock.mark(stream, Phase::Build, "walk (build, solve, exercise)")?;
+                    // Named by the number of steps (the profile's per-piece times).
+                    const WALK_PIECES: [&str; 10] = [
+                        "walk (build, solve, exercise), 1 step",
+                        "walk (build, solve, exercise), 2 steps",
+                        "walk (build, solve, exercise), 3 steps",
+                        "walk (build, solve, exercise), 4 steps",
+                        "walk (build, solve, exercise), 5 steps",
+                        "walk (build, solve, exercise), 6 steps",
+                        "walk (build, solve, exercise), 7 steps",
+                        "walk (build, solve, exercise), 8 steps",
+                        "walk (build, solve, exercise), 9 steps",
+                        "walk (build, solve, exercise), 10+ steps",
+                    ];
+                    clock.mark(stream, Phase::Build, WALK_PIECES[steps_w.min(10) - 1])?;
                     stream.memset_zeros(&mut b.walk_flagged)?;
                     self.kernels.walk_masks(
                         &alive,

@@ -42,7 +42,7 @@
 // Block: 2 warps (64 threads), one outer path. Warp w owns the chunks of 32 inner paths
 // c = w mod 2 (their copies, their part of the Gram, their exercise); the solving warp is
 // chosen by its SM sub-partition (SWAPW, forty-seventh session). Shared memory: see
-// WALK_SMEM_BYTES.
+// WALK_SMEM_BYTES (the host's WalkShape::shared_bytes).
 
 #define D WALK_D
 #define M WALK_M
@@ -51,7 +51,8 @@
 #define NPK (31 * 32 / 2)             // packed lower triangle of the 31 x 31 augmented matrix
 #define SH_WORDS ((M * D + 3) / 4 * 4)  // the high words, padded to 16 bytes
 #define SCOL 272                      // the solver's scratch doubles
-#define WALK_SMEM_BYTES (SH_WORDS * 4 + M * 8 + M * 8 + NPK * 8 + 32 * 8 + SCOL * 8 + 16 + NCH * 8)
+#define WALK_DISC 64                  // discount factors held in shared memory
+#define WALK_SMEM_BYTES (SH_WORDS * 4 + M * 8 + M * 8 + NPK * 8 + 32 * 8 + SCOL * 8 + 16 + NCH * 8 + WALK_DISC * 8)
 
 #if N % 2 != 0 || N > 30 || N < 2
 #error "the walk takes an even basis size 2 <= n <= 30"
@@ -172,9 +173,11 @@ __device__ __forceinline__ void walk_build_groups(double (&acc)[6][4], const uns
                 v[I][h] = enters ? val : 0.0;
             }
         }
+#ifdef __CUDA_ARCH__  // (nvcc's host pass of benches/walk_bench.cu has no mma)
         walk_lower_blocks([&](int R, int J, int k) {
             mma_m16n8k8_f64(acc[k], v[2 * R][0], v[2 * R + 1][0], v[2 * R][1], v[2 * R + 1][1], v[J][0], v[J][1]);
         });
+#endif
     }
 }
 
@@ -460,6 +463,7 @@ walk_american(const double* __restrict__ states, long long stride, long long c, 
     double* const scol = sb + 32;                       // the solver's scratch
     unsigned* const stot = (unsigned*)(scol + SCOL);    // warp 1's count, the flag, warp 0's count
     unsigned long long* const mb = (unsigned long long*)(stot + 4);  // the chunks' mbarriers
+    double* const sdisc = (double*)(mb + NCH);          // discount[0 .. steps + 2)
     // The solving warp: the one whose SM sub-partition (warp slot mod 4) balances the
     // solvers (slot s solves where bit 2 of s equals bit 0), if the block's two warps sit
     // on such a pair; otherwise warp 0. Every thread takes part (no return before).
@@ -491,6 +495,7 @@ walk_american(const double* __restrict__ states, long long stride, long long c, 
         cdate[cc] = p < M ? cash_date_g[l * M + p] : 0u;
         if (p < M) sy[p] = y_g[l * M + p];
     }
+    if (threadIdx.x < steps + 2) sdisc[threadIdx.x] = discount[threadIdx.x];
     if (threadIdx.x == 0) stot[1] = 0;
     if (lane == 0)
         for (int cc = w; cc < NCH; cc += 2) walk_mbar_init(mb + cc);
@@ -569,7 +574,7 @@ walk_american(const double* __restrict__ states, long long stride, long long c, 
             cash[CX] = pv;                                             \
             cdate[CX] = date;                                          \
         }                                                              \
-        if (s > 0) sy[P] = cash[CX] * discount[cdate[CX] - (date - 1u)]; \
+        if (s > 0) sy[P] = cash[CX] * sdisc[cdate[CX] - (date - 1u)]; \
     }
 // Chunks CA, CB, CC (CB, CC: -1 for none) together: the continuations, the decisions, then
 // the chunks' copies of the next date.

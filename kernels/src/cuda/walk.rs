@@ -33,6 +33,10 @@ pub const WALK_MAX_N: usize = 30;
 pub const WALK_MIN_M: usize = 33;
 pub const WALK_MAX_M: usize = 320;
 
+/// The most regression steps of one walk: the kernel holds `discount[0 .. steps + 2)` in
+/// shared memory (`WALK_DISC` = 64 doubles).
+pub const WALK_MAX_STEPS: usize = 62;
+
 /// The shape the walk module is compiled for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WalkShape {
@@ -90,7 +94,7 @@ impl WalkShape {
         let (d, m) = (self.d, self.m);
         let nch = m.div_ceil(32);
         let npk = 31 * 32 / 2;
-        (m * d).div_ceil(4) * 4 * 4 + m * 16 + npk * 8 + 32 * 8 + 272 * 8 + 16 + nch * 8
+        (m * d).div_ceil(4) * 4 * 4 + m * 16 + npk * 8 + 32 * 8 + 272 * 8 + 16 + nch * 8 + 64 * 8
     }
 
     /// The module's source: the shape's defines, `prelude.cu`, `rcp.cu`, `walk.cu`.
@@ -200,8 +204,9 @@ impl GpuWalk {
     ///
     /// `states`: outer path `l`'s state blocks at `states[l * stride ..]`, block `s` (date
     /// `date0 + s`) the `m x d` doubles at `s * m * d` in the payoff-plane layout (the
-    /// high words, then the payoffs). `discount[k] = e^{-r k dt}` for every date
-    /// difference. `cash`, `cash_date` (`c x m`): the cash flows at maturity (or as the
+    /// high words, then the payoffs). `discount[k] = e^{-r k dt}`, `k < steps + 2` (the
+    /// cash flows must be paid at dates up to `date0 + steps`); `steps <=`
+    /// [`WALK_MAX_STEPS`]. `cash`, `cash_date` (`c x m`): the cash flows at maturity (or as the
     /// previous steps left them) and their absolute date indices, overwritten with the
     /// walk's where the outer path is alive and not flagged; `y` (`c x m`): the first
     /// step's discounted cash flows (read only). `tol`, `threshold`: the escalating
@@ -235,9 +240,14 @@ impl GpuWalk {
             || out.flags.len() < c
             || out.counts.len() < steps * c
             || out.reports.len() < steps * c
-            || discount.len() < steps + 1
+            || discount.len() < steps + 2
         {
             return Err(GpuError::Invalid("walk: buffer too short".into()));
+        }
+        if steps > WALK_MAX_STEPS {
+            return Err(GpuError::Invalid(format!(
+                "walk: {steps} steps (at most {WALK_MAX_STEPS}: the discount factors in shared memory)"
+            )));
         }
         if stride % 2 != 0 || (m * d) % 2 != 0 {
             return Err(GpuError::Invalid(
@@ -398,10 +408,10 @@ mod tests {
             0.5f64.to_bits()
         )));
         // Shared memory: 34,800 bytes of high words, 2 x 2,400 of payoffs and y, the Gram,
-        // beta, the solver's scratch, the counts and 10 mbarriers.
+        // beta, the solver's scratch, the counts, 10 mbarriers and 64 discount factors.
         assert_eq!(
             basket29().shared_bytes(),
-            34_800 + 4_800 + 3_968 + 256 + 2_176 + 16 + 80
+            34_800 + 4_800 + 3_968 + 256 + 2_176 + 16 + 80 + 512
         );
     }
 }
