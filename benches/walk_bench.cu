@@ -10,7 +10,7 @@
 //   nvcc -O3 -arch=sm_90 --fmad=false -std=c++17 -I kernels/cuda -I benches \
 //        benches/walk_bench.cu -o wb && ./wb S OUTER TOTAL
 // It prints the seconds per 3.6 M regressions, the regressions per second and the outer
-// paths flagged. Figures: benches/RESULTS.md, "Forty-eighth session".
+// paths flagged; with -DWALK_PROF also each warp's cycles per step by phase. Figures: benches/RESULTS.md, "Forty-eighth session".
 #define WALK_D 29
 #define WALK_M 300
 #define WALK_N 30
@@ -119,6 +119,20 @@ int main(int argc, char** argv) {
             for (long long l = 0; l < outer; ++l) flagged += fl[l];
         }
         CK(cudaGetLastError());
+#ifdef WALK_PROF
+        {
+            unsigned long long pr[2][8];
+            CK(cudaMemcpyFromSymbol(pr, g_walk_prof, sizeof(pr)));
+            const char* names[6] = {"copy wait", "build", "join", "solve", "exercise", "last barrier"};
+            for (int w = 0; w < 2; ++w) {
+                printf("warp %d cycles per step:", w);
+                for (int i = 0; i < 6; ++i) printf(" %s %.0f", names[i], (double)pr[w][i] / pr[w][6]);
+                printf("\n");
+            }
+            static const unsigned long long zero[2][8] = {};
+            CK(cudaMemcpyToSymbol(g_walk_prof, zero, sizeof(zero)));
+        }
+#endif
         const double sec = ms_all * 1e-3, regs = (double)launches * per_launch;
         printf("rep %d: %lld launches, %.0f regressions in %.4f s = %.1f M/s; per 3.6 M %.4f s; flagged %lld\n", rep,
                launches, regs, sec, regs / sec * 1e-6, sec * 3.6e6 / regs, flagged);

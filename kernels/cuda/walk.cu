@@ -438,6 +438,24 @@ __device__ __noinline__ WalkSolve walk_solve(const double* sg, double* scol, dou
     return out;
 }
 
+// WALK_PROF (benches/walk_bench.cu only, a timing aid): each warp sums clock() spans per
+// phase into g_walk_prof[w][phase] (lane 0): 0 the waits for the chunks' copies, 1 the
+// build's work, 2 the Gram's join, 3 the solve and the barrier after it, 4 the exercise
+// with the next date's copies, 5 the last barrier; [w][6] counts the warp's steps.
+#ifdef WALK_PROF
+__device__ unsigned long long g_walk_prof[2][8];
+#define WALK_PROF_NOW() (unsigned)clock()
+#define WALK_PROF_ADD(i, t0)          \
+    do {                              \
+        const unsigned t1_ = clock(); \
+        prof[i] += t1_ - (t0);        \
+        t0 = t1_;                     \
+    } while (0)
+#else
+#define WALK_PROF_NOW() 0u
+#define WALK_PROF_ADD(i, t0) (void)(t0)
+#endif
+
 // The walk of outer path l = blockIdx.x over `steps` regression steps, s = steps - 1 .. 0 at
 // exercise dates date0 + s. In: the states (above; stride doubles per outer path), the
 // discount factors discount[k] = e^{-r k dt}, alive[l] (a dead outer path is skipped), the
@@ -503,8 +521,12 @@ walk_american(const double* __restrict__ states, long long stride, long long c, 
     if (lane == 0)
         for (int cc = w; cc < NCH; cc += 2) walk_issue_chunk(sh, sp, block(steps - 1), cc, mb);
 
+#ifdef WALK_PROF
+    unsigned prof[6] = {0, 0, 0, 0, 0, 0};
+#endif
     for (int s = steps - 1; s >= 0; --s) {
         const unsigned date = date0 + (unsigned)s;
+        unsigned pt = WALK_PROF_NOW();
         // The Gram: this warp's chunks, then warp 1's sums join warp 0's in sg.
         unsigned total = 0;
         double acc[6][4];
@@ -514,8 +536,10 @@ walk_american(const double* __restrict__ states, long long stride, long long c, 
         for (int cc = w; cc < NCH; cc += 2) {
             walk_mbar_wait(mb + cc, (steps - 1 - s) & 1);
             __syncwarp();
+            WALK_PROF_ADD(0, pt);
             const int p0 = 32 * cc;
             walk_build_chunk(acc, total, sh + p0 * D, sp + p0, sy + p0, min(32, M - p0), lane);
+            WALK_PROF_ADD(1, pt);
         }
         if (w == 1) {
             walk_gram_pass(acc, sg, lane, 0, 0.0);
@@ -524,6 +548,7 @@ walk_american(const double* __restrict__ states, long long stride, long long c, 
             stot[2] = total;
         }
         walk_bar_sync();
+        WALK_PROF_ADD(2, pt);
         if (w == 1 && total + stot[2] >= (unsigned)N) {
             // A's norms for the solver's acceptance test, beside its elimination (sg
             // holds the scaled sums once warp 0's join pass is done: barrier 2).
@@ -559,6 +584,7 @@ walk_american(const double* __restrict__ states, long long stride, long long c, 
             }
         }
         walk_bar_sync();
+        WALK_PROF_ADD(3, pt);
 
         // The exercise from the shared states (engine_exercises, engine_exercise_store),
         // chunks three at a time, then their next copies.
@@ -617,8 +643,17 @@ walk_american(const double* __restrict__ states, long long stride, long long c, 
 #undef WALK_CH
 #undef WALK_EXN
 #undef WALK_EX_ONE
+        WALK_PROF_ADD(4, pt);
         walk_bar_sync();  // sg, sb and the flag are free for the next step
+        WALK_PROF_ADD(5, pt);
     }
+#ifdef WALK_PROF
+    if (lane == 0) {
+#pragma unroll
+        for (int i = 0; i < 6; ++i) atomicAdd(&g_walk_prof[w][i], (unsigned long long)prof[i]);
+        atomicAdd(&g_walk_prof[w][6], (unsigned long long)steps);
+    }
+#endif
     const bool flagged = stot[1] != 0;
     if (!flagged) {
 #pragma unroll
