@@ -1,8 +1,9 @@
 // Benchmark of the engine's fused walk kernel (kernels/cuda/walk.cu, `walk_american`) on
-// synthetic states in the prototype's conditions (benches/fused_stored.cu): basket29's
+// synthetic states in the prototype's conditions (benches/fused_stored.cu, removed after
+// the forty-eighth session: `git show d22bef7:benches/fused_stored.cu`): basket29's
 // shape (d = 29, 300 inner paths, linear basis n = 30, f64), every outer path alive, S
 // regression steps per launch, OUTER outer paths per launch, launches until TOTAL
-// regressions. The states are fused_stored.cu's (prices exp(0.34 (u - 0.5)), the payoff of
+// regressions. The states are the prototype's (prices exp(0.34 (u - 0.5)), the payoff of
 // the call on the maximum struck at 1 from the high words); the cash flows start at
 // 0.3 u, paid at the maturity date S + 1. The solver's tolerance and threshold are the
 // escalating strategy's defaults (16 n eps, 0.01 / eps).

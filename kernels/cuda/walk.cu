@@ -215,6 +215,12 @@ __device__ __forceinline__ void walk_gram_pass(double (&acc)[6][4], double* sg, 
 // [2^-1000, 2^1001) (rcp.cu); outside it the pivot ratio rejects the system anyway.
 __device__ __forceinline__ double walk_rcp(double d) { return rcp_rn_fast_f64(d); }
 
+// Entry (i, k) of A from the packed lower triangle sg (0 for lanes i >= N).
+__device__ __forceinline__ double walk_entry(const double* sg, int i, int k) {
+    const int r = max(i, k), cc = min(i, k);
+    return i < N ? sg[r * (r + 1) / 2 + cc] : 0.0;
+}
+
 // The outcome of one solve.
 struct WalkSolve {
     bool accepted;
@@ -239,8 +245,7 @@ __device__ __noinline__ WalkGj walk_gj(const double* sg, double rhs, double* sco
     double a[N + 1];
 #pragma unroll
     for (int k = 0; k < N; ++k) {
-        const int r = max(i, k), cc = min(i, k);
-        a[k] = row ? sg[r * (r + 1) / 2 + cc] : 0.0;
+        a[k] = walk_entry(sg, i, k);
     }
     a[N] = row ? rhs : 0.0;
     __syncwarp();
@@ -332,8 +337,7 @@ __device__ __noinline__ void walk_matrix_norms(const double* sg, double* scol, i
     const double si = row ? sS[i] : 1.0;
 #pragma unroll
     for (int k = 0; k < N; ++k) {
-        const int r = max(i, k), cc = min(i, k);
-        const double arc = row ? sg[r * (r + 1) / 2 + cc] : 0.0;
+        const double arc = walk_entry(sg, i, k);
         rsum = rsum + fabs(arc);
         srow = srow + fabs(si * arc * sS[k]);
     }
@@ -375,8 +379,7 @@ __device__ __noinline__ WalkSolve walk_check(const double* sg, double* scol, dou
     double acc = 0.0;
 #pragma unroll
     for (int k = 0; k < N; ++k) {
-        const int r = max(i, k), cc = min(i, k);
-        const double arc = row ? sg[r * (r + 1) / 2 + cc] : 0.0;
+        const double arc = walk_entry(sg, i, k);
         acc = acc + arc * sx[k];
     }
     const double si = row ? sS[i] : 1.0;

@@ -1,7 +1,6 @@
 //! Block `L D L^T` with `2 x 2` pivots in Gauss-Jordan form, `f64`: the CPU reference
-//! ("mirror") of the one-warp GPU solver of the walk kernel (`kernels/cuda/walk.cu`;
-//! prototype `solve6` with `KAHAN6` in `benches/fused_stored.cu`, helpers `pair_start`,
-//! `pivot_pair`, `pair_block_solve`), reproduced bit for bit.
+//! ("mirror") of the one-warp GPU solver of the fused walk (`walk_gj`, `walk_check` and
+//! `walk_solve` in `kernels/cuda/walk.cu`), reproduced bit for bit.
 //!
 //! `A = L D L^T` with `L` unit block lower triangular and `D` block diagonal of `2 x 2`
 //! blocks `P_t` (no pivoting). In Gauss-Jordan form every row other than the pivot pair is
