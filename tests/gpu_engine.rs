@@ -796,21 +796,21 @@ fn payoff_plane_gives_the_bits_of_the_low_words() {
 }
 
 /// The fused walk (`cuda/walk.cu`, `CVA_GPU_WALK=1`) against the pipeline
-/// (`CVA_GPU_WALK=0`) on the same paths: the same regressions, solved by another
-/// elimination of the same `L D L^T` and accepted by the same test, so the CVA agrees far
-/// within 0.05 of its standard error and every system is solved at level 0 in both; the
-/// largest relative EPE difference is printed. That the walk ran: its steps are booked to
-/// the build phase, so the run's solve phase is the pipeline's batched solves alone,
-/// none here (less than a fifth of the pipeline run's; about 1/50 measured).
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn walk_matches_the_pipeline_on_basket29() {
-    let sc = scenario("basket29.yaml");
+/// (`CVA_GPU_WALK=0`) on the same paths of `file` with `extra` arguments: the same
+/// regressions, solved by another elimination of the same `L D L^T` and accepted by the
+/// same test, so the CVA agrees far within 0.05 of its standard error and every system is
+/// solved at level 0 in both; the largest relative EPE difference is printed. That the
+/// walk ran: its steps are booked to the build phase, so the run's solve phase is the
+/// pipeline's batched solves alone, none here (less than a fifth of the pipeline run's;
+/// about 1/50 measured).
+fn walk_matches_the_pipeline(sc: &Path, file: &str, outer: usize, extra: &[&str]) {
+    let set = format!("simulation.outer_paths={outer}");
     let mut runs = Vec::new();
     for walk in ["1", "0"] {
         let dir = tempfile::tempdir().unwrap();
-        let args = ["--set", "simulation.outer_paths=3000", "--backend", "gpu"];
-        let s = run_json_env(&sc, dir.path(), &args, &[("CVA_GPU_WALK", walk)]);
+        let mut args = vec!["--set", set.as_str(), "--backend", "gpu"];
+        args.extend_from_slice(extra);
+        let s = run_json_env(sc, dir.path(), &args, &[("CVA_GPU_WALK", walk)]);
         let stats = read_frame(&dir.path().join("solver_stats.parquet"));
         let systems: u64 = u64_column(&stats, "systems").iter().sum();
         let ldlt: u64 = u64_column(&stats, "method_ldlt").iter().sum();
@@ -824,25 +824,58 @@ fn walk_matches_the_pipeline_on_basket29() {
         .map(|(a, b)| if a == b { 0.0 } else { (a - b).abs() / b.abs() })
         .fold(0.0, f64::max);
     println!(
-        "basket29 walk CVA {cw} pipeline {cp} (std error {se}); largest relative EPE \
+        "{file}: walk CVA {cw} pipeline {cp} (std error {se}); largest relative EPE \
          difference {worst:.3e}; systems {ws} / {ps}, ldlt {wl} / {pl}; wall {} s / {} s",
         f(w, "wall_seconds"),
         f(p, "wall_seconds")
     );
     assert!(
         (cw - cp).abs() <= 0.05 * se,
-        "CVA {cw} vs {cp}, std error {se}"
+        "{file}: CVA {cw} vs {cp}, std error {se}"
     );
     let (sw, sp) = (f(w, "solve_seconds"), f(p, "solve_seconds"));
     assert!(
         sw < 0.2 * sp,
-        "solve phase {sw} s with the walk, {sp} s without"
+        "{file}: solve phase {sw} s with the walk, {sp} s without"
     );
-    assert_eq!(ws, ps, "systems");
-    assert_eq!(wl, ws, "the walk's systems all at L D L^T");
-    assert_eq!(pl, ps, "the pipeline's systems all at L D L^T");
+    assert_eq!(ws, ps, "{file}: systems");
+    assert!(*ws > 0, "{file}: no system solved");
+    assert_eq!(wl, ws, "{file}: the walk's systems all at L D L^T");
+    assert_eq!(pl, ps, "{file}: the pipeline's systems all at L D L^T");
     assert_eq!(we.len(), pe.len());
-    assert!(worst < 1e-3, "EPE differs by {worst:.3e}");
+    assert!(worst < 1e-3, "{file}: EPE differs by {worst:.3e}");
+}
+
+/// basket29 as shipped: the walk's own shape (d = 29, n = 30, 300 inner paths; the basis
+/// reads assets 0..28 with 1 / S_0 = 1, compiled without tables).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn walk_matches_the_pipeline_on_basket29() {
+    walk_matches_the_pipeline(&scenario("basket29.yaml"), "basket29.yaml", 3000, &[]);
+}
+
+/// An American put on a basket of three correlated assets with spots 36, 40 and 44 (the
+/// walk's 1 / S_0 table; n = 4), 300 inner paths (a last chunk of 12), every path in the
+/// regression (`itm_only = false`) and 12 exposure dates.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn walk_matches_the_pipeline_on_a_three_asset_put() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = "name: put3\nmarket:\n  rate: 0.06\n  assets:\n    \
+        - {name: A, spot: 36.0, volatility: 0.2, dividend_yield: 0.0}\n    \
+        - {name: B, spot: 40.0, volatility: 0.25, dividend_yield: 0.0}\n    \
+        - {name: C, spot: 44.0, volatility: 0.3, dividend_yield: 0.0}\n  \
+        correlation:\n    - [1.0, 0.3, 0.3]\n    - [0.3, 1.0, 0.3]\n    - [0.3, 0.3, 1.0]\n\
+        dates:\n  horizon: 1.0\n  exposure_dates: 12\nportfolio:\n  \
+        - {name: basket_put, style: american, kind: put, \
+        underlying: {basket: {A: 0.3333333333333333, B: 0.3333333333333333, C: 0.3333333333333333}}, \
+        strike: 40.0, maturity: 1.0, quantity: 1.0}\n\
+        counterparty:\n  hazard_rate: 0.02\n  recovery_rate: 0.4\n\
+        simulation:\n  outer_paths: 1000\n  inner_paths: 300\n  basis: linear\n  \
+        itm_only: false\n  precision: f64\n  solver: escalating\n  seed: 7\n";
+    let sc = dir.path().join("put3.yaml");
+    std::fs::write(&sc, yaml).unwrap();
+    walk_matches_the_pipeline(&sc, "put3.yaml", 1000, &[]);
 }
 
 /// A residual tolerance no solve meets makes the walk flag every outer path with a
