@@ -39,10 +39,12 @@ use cva_kernels::batch::residual_check;
 use cva_kernels::gj2::{gj2_solve, gj2_solve_checked, Gj2Report};
 use cva_kernels::SolverParams;
 use faer::prelude::*;
-use faer::{Mat, Side};
+use faer::Mat;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rand_distr::{Distribution, StandardNormal};
+
+mod linalg;
+use linalg::*;
 
 const SIZES: [usize; 6] = [2, 4, 8, 16, 30, 62];
 /// Recomputed relative residual / (n eps): the acceptance tolerance `16 n eps`.
@@ -57,74 +59,9 @@ const EPS: f64 = f64::EPSILON;
 // Helpers (f64)
 // ---------------------------------------------------------------------------------------
 
-/// `max` that propagates NaN.
-fn nan_max(a: f64, b: f64) -> f64 {
-    if a.is_nan() || b.is_nan() {
-        f64::NAN
-    } else {
-        a.max(b)
-    }
-}
-
-fn norm_inf(x: &[f64]) -> f64 {
-    x.iter().fold(0.0, |m, v| nan_max(m, v.abs()))
-}
-
-fn mat_norm_inf(a: &Mat<f64>) -> f64 {
-    (0..a.nrows()).fold(0.0, |m, i| {
-        nan_max(m, (0..a.ncols()).map(|j| a[(i, j)].abs()).sum())
-    })
-}
-
-fn mat_vec(a: &Mat<f64>, x: &[f64]) -> Vec<f64> {
-    (0..a.nrows())
-        .map(|i| x.iter().enumerate().map(|(j, xj)| a[(i, j)] * xj).sum())
-        .collect()
-}
-
-fn sub(x: &[f64], y: &[f64]) -> Vec<f64> {
-    x.iter().zip(y).map(|(p, q)| p - q).collect()
-}
-
-/// `‖A x − b‖ / (‖A‖ ‖x‖ + ‖b‖)` in `f64` (NaN if `x` has a NaN).
-fn relative_residual(a: &Mat<f64>, b: &[f64], x: &[f64]) -> f64 {
-    let r = sub(&mat_vec(a, x), b);
-    norm_inf(&r) / (mat_norm_inf(a) * norm_inf(x) + norm_inf(b))
-}
-
-/// Relative forward error `‖x − r‖ / ‖r‖`.
-fn forward_error(x: &[f64], r: &[f64]) -> f64 {
-    norm_inf(&sub(x, r)) / norm_inf(r)
-}
-
 /// 2-norm condition number of a symmetric matrix, from faer's eigenvalues.
-fn cond2(a: &Mat<f64>) -> f64 {
-    let evd = a
-        .self_adjoint_eigen(Side::Lower)
-        .expect("faer self_adjoint_eigen");
-    let s = evd.S().column_vector();
-    let (mut max, mut min) = (0.0f64, f64::INFINITY);
-    for i in 0..a.nrows() {
-        max = max.max(s[i].abs());
-        min = min.min(s[i].abs());
-    }
-    max / min
-}
-
-/// Smallest eigenvalue of a symmetric matrix (faer).
-fn min_eigenvalue(a: &Mat<f64>) -> f64 {
-    let evd = a
-        .self_adjoint_eigen(Side::Lower)
-        .expect("faer self_adjoint_eigen");
-    let s = evd.S().column_vector();
-    (0..a.nrows()).fold(f64::INFINITY, |m, i| m.min(s[i]))
-}
-
-/// Dense solve by faer (LU with partial pivoting).
-fn faer_solve(a: &Mat<f64>, b: &[f64]) -> Vec<f64> {
-    let rhs = Mat::from_fn(b.len(), 1, |i, _| b[i]);
-    let x = a.partial_piv_lu().solve(&rhs);
-    (0..b.len()).map(|i| x[(i, 0)]).collect()
+fn kappa2(a: &Mat<f64>) -> f64 {
+    cond2(&eigen(a).0)
 }
 
 /// Column-major buffer of the lower triangle of `a`, the strict upper triangle `upper`.
@@ -154,16 +91,56 @@ fn solve_checked(a: &Mat<f64>, b: &[f64]) -> (Vec<f64>, Gj2Report) {
     (x, rep)
 }
 
+/// The first check of level 0's rule (see [`gj2_solve_checked`], default parameters) that
+/// rejects the system of size `n` reported by `r`: a non-positive pivot, the pivot ratio
+/// or the growth beyond the escalation condition, or a residual above the tolerance (or
+/// NaN); `None` when it passes them all.
+fn rejection_reason(n: usize, r: &Gj2Report) -> Option<&'static str> {
+    let params = SolverParams::default();
+    let threshold = params.escalation_condition::<f64>();
+    if !r.positive_pivots {
+        Some("non-positive pivot")
+    } else if r.pivot_ratio * threshold < 1.0 {
+        Some("pivot ratio")
+    } else if r.growth > threshold {
+        Some("growth")
+    } else if r.residual.is_nan() || r.residual > params.tolerance::<f64>(n) {
+        Some("residual")
+    } else {
+        None
+    }
+}
+
+/// `r` is rejected as not positive definite: no positive pivots, not accepted, NaN pivot
+/// ratio.
+fn assert_not_positive_definite(case: &str, r: &Gj2Report) {
+    assert!(
+        !r.positive_pivots && !r.accepted && r.pivot_ratio.is_nan(),
+        "{case}: {r:?}"
+    );
+}
+
 fn rng_for(test: u64, n: usize, variant: u64) -> StdRng {
     StdRng::seed_from_u64(test * 100_000_007 + n as u64 * 1_009 + variant)
 }
 
-fn gaussian(rng: &mut StdRng) -> f64 {
-    StandardNormal.sample(rng)
-}
-
-fn gaussian_vec(n: usize, rng: &mut StdRng) -> Vec<f64> {
-    (0..n).map(|_| gaussian(rng)).collect()
+/// `repeats` systems `(A, b) = family(n, rng)` of every size `n` in [`SIZES`], drawn from
+/// [`rng_for`]`(test, n, 0)`, each as `(n, case name "{name} n={n} #{rep}", A, b)`.
+fn random_systems(
+    test: u64,
+    name: &str,
+    repeats: usize,
+    family: impl Fn(usize, &mut StdRng) -> (Mat<f64>, Vec<f64>),
+) -> Vec<(usize, String, Mat<f64>, Vec<f64>)> {
+    let mut out = Vec::new();
+    for n in SIZES {
+        let mut rng = rng_for(test, n, 0);
+        for rep in 0..repeats {
+            let (a, b) = family(n, &mut rng);
+            out.push((n, format!("{name} n={n} #{rep}"), a, b));
+        }
+    }
+    out
 }
 
 /// `F^T F / m` for the `m x n` matrix `f` (exactly symmetric: only `i >= j` is computed).
@@ -193,6 +170,11 @@ fn gaussian_gram(n: usize, rng: &mut StdRng) -> Mat<f64> {
     )
 }
 
+/// A [`gaussian_gram`] matrix with a Gaussian `b`.
+fn gaussian_gram_system(n: usize, rng: &mut StdRng) -> (Mat<f64>, Vec<f64>) {
+    (gaussian_gram(n, rng), gaussian_vec(n, rng))
+}
+
 /// The Gram matrix `F^T F / m` of a regression on the features `[1, s_1, .., s_{n-1}]`:
 /// `m` in `[2n, 8n]` samples, `s_k = μ_k + σ_k g_k` with scales `σ_k` over four decimal
 /// orders, means `|μ_k| <= 2 σ_k` (a mean much larger than the spread would make the
@@ -220,29 +202,6 @@ fn regression_gram(n: usize, rng: &mut StdRng) -> Mat<f64> {
         }
     }
     gram(&f)
-}
-
-/// `V diag(λ) V^T`, exactly symmetric, `V` random orthogonal.
-fn from_spectrum(lambda: &[f64], rng: &mut StdRng) -> Mat<f64> {
-    let n = lambda.len();
-    let g = Mat::from_fn(n, n, |_, _| gaussian(rng));
-    let v = g.qr().compute_Q();
-    let vl = Mat::from_fn(n, n, |i, j| v[(i, j)] * lambda[j]);
-    let a = &vl * v.transpose();
-    symmetrize(&a)
-}
-
-/// Random SPD matrix, condition number log-uniform in `[1, max_cond]` (attained).
-fn random_spd(n: usize, max_cond: f64, rng: &mut StdRng) -> Mat<f64> {
-    let cond = max_cond.powf(rng.random::<f64>());
-    let lambda: Vec<f64> = (0..n)
-        .map(|i| match i {
-            0 => 1.0,
-            1 => 1.0 / cond,
-            _ => cond.powf(-rng.random::<f64>()),
-        })
-        .collect();
-    from_spectrum(&lambda, rng)
 }
 
 /// Largest ratios seen, printed at the end of a test.
@@ -296,7 +255,7 @@ fn equilibrated_error(a: &Mat<f64>, b: &[f64], x: &[f64], d: &[f64]) -> (f64, f6
     let db: Vec<f64> = b.iter().zip(d).map(|(p, q)| p / q).collect();
     let y_ref = faer_solve(&eq, &db);
     let y: Vec<f64> = x.iter().zip(d).map(|(p, q)| p * q).collect();
-    (forward_error(&y, &y_ref), cond2(&eq))
+    (forward_error(&y, &y_ref), kappa2(&eq))
 }
 
 /// The checks of an SPD system that must be accepted: acceptance, recomputed residual
@@ -321,7 +280,7 @@ fn check_spd(worst: &mut Worst, case: &str, a: &Mat<f64>, b: &[f64], equilibrate
         rep.accepted && rep.residual <= tol,
         "{case}: not accepted (tol {tol:e}): {rep:?}"
     );
-    let kappa = cond2(a);
+    let kappa = kappa2(a);
     worst.record(
         "residual / (n eps)",
         relative_residual(a, b, &x) / (nf * EPS),
@@ -352,23 +311,28 @@ fn check_spd(worst: &mut Worst, case: &str, a: &Mat<f64>, b: &[f64], equilibrate
 // Random SPD systems
 // ---------------------------------------------------------------------------------------
 
+/// [`check_spd`] on the [`random_systems`]`(test, name, REPEATS, family)`; prints the
+/// largest `κ_2(A)` and the worst ratios.
+fn spd_family_matches_faer(
+    test: u64,
+    name: &str,
+    equilibrated: bool,
+    family: impl Fn(usize, &mut StdRng) -> (Mat<f64>, Vec<f64>),
+) {
+    let mut worst = Worst::default();
+    let mut kappa_max = 0.0f64;
+    for (_, case, a, b) in random_systems(test, name, REPEATS, family) {
+        kappa_max = kappa_max.max(check_spd(&mut worst, &case, &a, &b, equilibrated));
+    }
+    println!("largest κ: {kappa_max:.3e}");
+    worst.print();
+}
+
 /// Gaussian Gram matrices `G^T G / m + δ I` (`m` in `[n, 3n]`), Gaussian `b`: accepted,
 /// residual under `16 n eps`, forward error under `30 n eps κ`.
 #[test]
 fn random_gaussian_gram_matches_faer() {
-    let mut worst = Worst::default();
-    let mut kappa_max = 0.0f64;
-    for n in SIZES {
-        let mut rng = rng_for(1, n, 0);
-        for rep in 0..REPEATS {
-            let a = gaussian_gram(n, &mut rng);
-            let b = gaussian_vec(n, &mut rng);
-            let case = format!("gaussian gram n={n} #{rep}");
-            kappa_max = kappa_max.max(check_spd(&mut worst, &case, &a, &b, false));
-        }
-    }
-    println!("largest κ: {kappa_max:.3e}");
-    worst.print();
+    spd_family_matches_faer(1, "gaussian gram", false, gaussian_gram_system);
 }
 
 /// Regression Gram matrices of the features `[1, s_1, .., s_{n-1}]` (means, scales over
@@ -377,41 +341,23 @@ fn random_gaussian_gram_matches_faer() {
 /// equilibrated unknowns `D x` under `30 n eps κ(D^-1 A D^-1)`.
 #[test]
 fn random_regression_gram_matches_faer() {
-    let mut worst = Worst::default();
-    let mut kappa_max = 0.0f64;
-    for n in SIZES {
-        let mut rng = rng_for(2, n, 0);
-        for rep in 0..REPEATS {
-            let a = regression_gram(n, &mut rng);
-            let b: Vec<f64> = (0..n)
-                .map(|i| a[(i, i)].sqrt() * gaussian(&mut rng))
-                .collect();
-            let case = format!("regression gram n={n} #{rep}");
-            kappa_max = kappa_max.max(check_spd(&mut worst, &case, &a, &b, true));
-        }
-    }
-    println!("largest κ: {kappa_max:.3e}");
-    worst.print();
+    spd_family_matches_faer(2, "regression gram", true, |n, rng| {
+        let a = regression_gram(n, rng);
+        let b = (0..n).map(|i| a[(i, i)].sqrt() * gaussian(rng)).collect();
+        (a, b)
+    });
 }
 
-/// SPD matrices of a prescribed spectrum (random eigenvectors), `κ` log-uniform in
-/// `[1, 10^3]`, Gaussian `b`: accepted, residual under `16 n eps`, forward error under
+/// SPD matrices of a prescribed spectrum (random eigenvectors, scaled by a random power of
+/// two), `κ` log-uniform in `[1, 10^3]`, Gaussian `b`: accepted, residual under `16 n eps`, forward error under
 /// `30 n eps κ`. (Gauss-Jordan is not backward stable: beyond `κ ~ 10^4` its residual
 /// exceeds the tolerance on some systems, see
 /// [`ill_conditioned_spd_accepted_only_when_accurate`].)
 #[test]
 fn random_spectrum_spd_matches_faer() {
-    let mut worst = Worst::default();
-    for n in SIZES {
-        let mut rng = rng_for(3, n, 0);
-        for rep in 0..REPEATS {
-            let a = random_spd(n, 1e3, &mut rng);
-            let b = gaussian_vec(n, &mut rng);
-            let case = format!("spectrum spd n={n} #{rep}");
-            check_spd(&mut worst, &case, &a, &b, false);
-        }
-    }
-    worst.print();
+    spd_family_matches_faer(3, "spectrum spd", false, |n, rng| {
+        (random_spd(n, 1e3, rng), gaussian_vec(n, rng))
+    });
 }
 
 /// SPD matrices of a prescribed spectrum with `κ` log-uniform in `[10^3, 10^12]`: the
@@ -425,7 +371,6 @@ fn random_spectrum_spd_matches_faer() {
 #[test]
 fn ill_conditioned_spd_accepted_only_when_accurate() {
     let params = SolverParams::default();
-    let threshold = params.escalation_condition::<f64>();
     for n in SIZES {
         let nf = n as f64;
         let tol = params.tolerance::<f64>(n);
@@ -445,7 +390,7 @@ fn ill_conditioned_spd_accepted_only_when_accurate() {
             let b = gaussian_vec(n, &mut rng);
             let case = format!("ill-conditioned spd n={n} #{rep}");
             let (x, r) = solve_checked(&a, &b);
-            let kappa = cond2(&a);
+            let kappa = kappa2(&a);
             let decade = (kappa.log10().floor() as usize).clamp(3, 12) - 3;
             counts[decade].0 += 1;
             if r.accepted {
@@ -458,11 +403,7 @@ fn ill_conditioned_spd_accepted_only_when_accurate() {
                 );
             } else {
                 assert!(
-                    !r.positive_pivots
-                        || r.pivot_ratio * threshold < 1.0
-                        || r.growth > threshold
-                        || r.residual.is_nan()
-                        || r.residual > tol,
+                    rejection_reason(n, &r).is_some(),
                     "{case}: rejected for no reason: {r:?}"
                 );
             }
@@ -512,7 +453,7 @@ fn n2_closed_form() {
             (a11 * b[0] - a10 * b[1]) / (a00 * a11 - a10 * a10),
             (a00 * b[1] - a10 * b[0]) / (a00 * a11 - a10 * a10),
         ];
-        let kappa = cond2(&Mat::from_fn(2, 2, |i, j| [[a00, a10], [a10, a11]][i][j]));
+        let kappa = kappa2(&Mat::from_fn(2, 2, |i, j| [[a00, a10], [a10, a11]][i][j]));
         let err = forward_error(&x, &cramer);
         assert!(
             err <= 16.0 * EPS * kappa,
@@ -525,16 +466,17 @@ fn n2_closed_form() {
 /// `x == b` exactly, with pivot ratio 1.
 #[test]
 fn identity_gives_b_exactly() {
-    for n in SIZES {
-        let mut rng = rng_for(5, n, 0);
-        let a = Mat::<f64>::identity(n, n);
-        let mut b = gaussian_vec(n, &mut rng);
+    let family = |n, rng: &mut StdRng| {
+        let mut b = gaussian_vec(n, rng);
         b[0] = 0.0;
+        (Mat::<f64>::identity(n, n), b)
+    };
+    for (_, case, a, b) in random_systems(5, "identity", 1, family) {
         let (x, rep) = solve_checked(&a, &b);
-        assert_eq!(x, b, "n={n}");
-        assert!(rep.positive_pivots && rep.accepted, "n={n}: {rep:?}");
-        assert_eq!(rep.pivot_ratio, 1.0, "n={n}");
-        assert_eq!(rep.residual, 0.0, "n={n}");
+        assert_eq!(x, b, "{case}");
+        assert!(rep.positive_pivots && rep.accepted, "{case}: {rep:?}");
+        assert_eq!(rep.pivot_ratio, 1.0, "{case}");
+        assert_eq!(rep.residual, 0.0, "{case}");
     }
 }
 
@@ -542,12 +484,9 @@ fn identity_gives_b_exactly() {
 /// values there give the same bits.
 #[test]
 fn upper_triangle_not_read() {
-    for n in SIZES {
-        let mut rng = rng_for(6, n, 0);
-        let a = gaussian_gram(n, &mut rng);
-        let b = gaussian_vec(n, &mut rng);
+    for (n, case, a, b) in random_systems(6, "gaussian gram", 1, gaussian_gram_system) {
         let mut results = Vec::new();
-        let garbage = 1e300 * gaussian(&mut rng);
+        let garbage = 1e300 * gaussian(&mut rng_for(6, n, 1));
         for upper in [f64::NAN, f64::INFINITY, garbage] {
             let buf = lower(&a, upper);
             let mut x = vec![f64::NAN; n];
@@ -567,13 +506,13 @@ fn upper_triangle_not_read() {
             )
         };
         let first = bits(&results[0]);
-        assert!(first.1, "n={n}: pivots not positive");
-        assert!(results[0].0.iter().all(|v| v.is_finite()), "n={n}");
+        assert!(first.1, "{case}: pivots not positive");
+        assert!(results[0].0.iter().all(|v| v.is_finite()), "{case}");
         for r in &results[1..] {
             assert_eq!(
                 bits(r),
                 first,
-                "n={n}: result depends on the upper triangle"
+                "{case}: result depends on the upper triangle"
             );
         }
     }
@@ -584,10 +523,8 @@ fn upper_triangle_not_read() {
 #[test]
 fn checked_matches_unchecked_and_rule() {
     let params = SolverParams::default();
-    for n in SIZES {
-        let mut rng = rng_for(7, n, 0);
-        let a = regression_gram(n, &mut rng);
-        let b = gaussian_vec(n, &mut rng);
+    let family = |n, rng: &mut StdRng| (regression_gram(n, rng), gaussian_vec(n, rng));
+    for (n, case, a, b) in random_systems(7, "regression gram", 1, family) {
         let mut buf = lower(&a, f64::NAN);
         buf.extend([f64::NAN; 5]);
         let mut b_long = b.clone();
@@ -595,13 +532,13 @@ fn checked_matches_unchecked_and_rule() {
         let mut x1 = vec![f64::NAN; n + 3];
         x1[n..].fill(7.0);
         let (good, ratio) = gj2_solve(n, &buf, &b_long, &mut x1);
-        assert_eq!(&x1[n..], &[7.0; 3], "n={n}: wrote past x[n-1]");
+        assert_eq!(&x1[n..], &[7.0; 3], "{case}: wrote past x[n-1]");
         let mut x2 = vec![f64::NAN; n];
         let rep = gj2_solve_checked(n, &buf, &b, &mut x2, &params);
         assert_eq!(
             x1[..n].iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
             x2.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-            "n={n}"
+            "{case}"
         );
         assert_eq!(
             (good, ratio.to_bits()),
@@ -617,7 +554,7 @@ fn checked_matches_unchecked_and_rule() {
         };
         let mut x3 = vec![f64::NAN; n];
         let rep3 = gj2_solve_checked(n, &buf, &b, &mut x3, &strict);
-        assert_eq!(rep3.accepted, rep.residual == 0.0 && rep.accepted, "n={n}");
+        assert_eq!(rep3.accepted, rep.residual == 0.0 && rep.accepted, "{case}");
         let cond = SolverParams {
             escalation_condition: Some(0.5 / rep.pivot_ratio),
             ..params
@@ -625,7 +562,7 @@ fn checked_matches_unchecked_and_rule() {
         let rep4 = gj2_solve_checked(n, &buf, &b, &mut x3, &cond);
         assert!(
             !rep4.accepted,
-            "n={n}: pivot ratio {} accepted at threshold {}",
+            "{case}: pivot ratio {} accepted at threshold {}",
             rep.pivot_ratio,
             0.5 / rep.pivot_ratio
         );
@@ -641,32 +578,10 @@ fn checked_matches_unchecked_and_rule() {
 /// `positive_pivots == false` and a NaN pivot ratio, without panicking.
 #[test]
 fn indefinite_rejected() {
-    for n in SIZES {
-        let mut rng = rng_for(8, n, 0);
-        for rep in 0..REPEATS {
-            let lambda: Vec<f64> = (0..n)
-                .map(|i| {
-                    let mag = 10f64.powf(-2.0 * rng.random::<f64>());
-                    let negative = match i {
-                        0 => true,
-                        1 => false,
-                        _ => rng.random::<bool>(),
-                    };
-                    if negative {
-                        -mag
-                    } else {
-                        mag
-                    }
-                })
-                .collect();
-            let a = from_spectrum(&lambda, &mut rng);
-            let b = gaussian_vec(n, &mut rng);
-            let (_, r) = solve_checked(&a, &b);
-            assert!(
-                !r.positive_pivots && !r.accepted && r.pivot_ratio.is_nan(),
-                "indefinite n={n} #{rep}: {r:?}"
-            );
-        }
+    let family = |n, rng: &mut StdRng| (random_indefinite(n, rng), gaussian_vec(n, rng));
+    for (_, case, a, b) in random_systems(8, "indefinite", REPEATS, family) {
+        let (_, r) = solve_checked(&a, &b);
+        assert_not_positive_definite(&case, &r);
     }
 }
 
@@ -675,8 +590,6 @@ fn indefinite_rejected() {
 /// non-positive pivot, the pivot ratio, the growth or the residual) is printed.
 #[test]
 fn singular_gram_rejected() {
-    let params = SolverParams::default();
-    let threshold = params.escalation_condition::<f64>();
     for n in SIZES {
         let mut rng = rng_for(9, n, 0);
         for rep in 0..REPEATS {
@@ -697,15 +610,8 @@ fn singular_gram_rejected() {
             let (x, r) = solve_checked(&a, &b);
             let case = format!("singular gram n={n} #{rep} (col {q} = col {p})");
             assert!(!r.accepted, "{case}: accepted: {r:?}, x = {x:?}");
-            let reason = if !r.positive_pivots {
-                "non-positive pivot"
-            } else if r.pivot_ratio * threshold < 1.0 {
-                "pivot ratio"
-            } else if r.growth > threshold {
-                "growth"
-            } else {
-                "residual"
-            };
+            let reason = rejection_reason(n, &r)
+                .unwrap_or_else(|| panic!("{case}: rejected for no reason: {r:?}"));
             if rep == 0 {
                 println!("{case}: rejected by {reason}: {r:?}");
             }
@@ -754,7 +660,7 @@ fn graded_spd_accepted() {
                 let y: Vec<f64> = x.iter().zip(&d).map(|(p, q)| p * q).collect();
                 worst.record(
                     "graded forward error of D x / (n eps κ(A))",
-                    forward_error(&y, &y_ref) / (nf * EPS * cond2(&eq)),
+                    forward_error(&y, &y_ref) / (nf * EPS * kappa2(&eq)),
                     &case,
                     FORWARD_BOUND,
                 );
@@ -797,22 +703,19 @@ fn non_positive_pivot_block_rejected_consistently() {
                 a[(j + 1, j + 1)] = p11;
                 let a = symmetrize(&a);
                 assert!(
-                    min_eigenvalue(&a) < 0.0,
+                    eigen(&a).0.iter().any(|&l| l < 0.0),
                     "{name}: test matrix is not indefinite"
                 );
                 let b = gaussian_vec(n, &mut rng);
                 let case = format!("{name} block {at} n={n}");
                 let (x, r) = solve_checked(&a, &b);
-                assert!(
-                    !r.positive_pivots && !r.accepted && r.pivot_ratio.is_nan(),
-                    "{case}: {r:?}"
-                );
+                assert_not_positive_definite(&case, &r);
                 let check = residual_check(n, &lower(&a, f64::NAN), &b, &x);
                 assert_eq!(check.residual.to_bits(), r.residual.to_bits(), "{case}");
                 let x_ref = faer_solve(&a, &b);
                 let err = forward_error(&x, &x_ref);
                 assert!(
-                    err <= FORWARD_BOUND * n as f64 * EPS * cond2(&a),
+                    err <= FORWARD_BOUND * n as f64 * EPS * kappa2(&a),
                     "{case}: forward error {err:e}, x = {x:?}"
                 );
             }
@@ -824,10 +727,7 @@ fn non_positive_pivot_block_rejected_consistently() {
 /// accepted.
 #[test]
 fn non_finite_input_not_accepted() {
-    for n in SIZES {
-        let mut rng = rng_for(12, n, 0);
-        let a = gaussian_gram(n, &mut rng);
-        let b = gaussian_vec(n, &mut rng);
+    for (n, case, a, b) in random_systems(12, "gaussian gram", 1, gaussian_gram_system) {
         let positions = [(0, 0), (1, 0), (n - 1, 0), (n / 2, n / 2), (n - 1, n - 1)];
         for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
             for (r, c) in positions {
@@ -835,11 +735,11 @@ fn non_finite_input_not_accepted() {
                 buf[r + c * n] = bad;
                 let mut x = vec![f64::NAN; n];
                 let rep = gj2_solve_checked(n, &buf, &b, &mut x, &SolverParams::default());
-                assert!(!rep.accepted, "n={n}: A({r},{c}) = {bad}: {rep:?}");
+                assert!(!rep.accepted, "{case}: A({r},{c}) = {bad}: {rep:?}");
                 if bad.is_nan() {
                     assert!(
                         !rep.positive_pivots || rep.residual.is_nan(),
-                        "n={n}: {rep:?}"
+                        "{case}: {rep:?}"
                     );
                 }
             }
@@ -847,7 +747,7 @@ fn non_finite_input_not_accepted() {
                 let mut bb = b.clone();
                 bb[i] = bad;
                 let (_, rep) = solve_checked(&a, &bb);
-                assert!(!rep.accepted, "n={n}: b[{i}] = {bad}: {rep:?}");
+                assert!(!rep.accepted, "{case}: b[{i}] = {bad}: {rep:?}");
             }
         }
     }
