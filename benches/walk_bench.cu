@@ -11,7 +11,8 @@
 //   nvcc -O3 -arch=sm_90 --fmad=false -std=c++17 -I kernels/cuda -I benches \
 //        benches/walk_bench.cu -o wb && ./wb S OUTER TOTAL
 // It prints the seconds per 3.6 M regressions, the regressions per second and the outer
-// paths flagged; with -DWALK_PROF also each warp's cycles per step by phase. Figures: benches/RESULTS.md, "Forty-eighth session".
+// paths flagged; with -DWALK_PROF also each warp's cycles per step by phase. Figures:
+// benches/RESULTS.md, "Forty-eighth session".
 #define WALK_D 29
 #define WALK_M 300
 #define WALK_N 30
@@ -71,7 +72,8 @@ int main(int argc, char** argv) {
     for (int j = 0; j <= S + 1; ++j) df[j] = std::exp(-0.1 * 0.1 * j);
     unsigned *st, *cdate, *counts;
     double *cash, *y, *disc;
-    unsigned char *alive, *flags;
+    unsigned char *alive, *walked, *fallback;
+    unsigned* flagged;
     WalkReport* reports;
     CK(cudaMalloc(&st, (size_t)outer * S * 2 * M * D * 4));
     CK(cudaMalloc(&cash, outer * M * 8));
@@ -79,7 +81,9 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&cdate, outer * M * 4));
     CK(cudaMalloc(&disc, df.size() * 8));
     CK(cudaMalloc(&alive, outer));
-    CK(cudaMalloc(&flags, outer));
+    CK(cudaMalloc(&walked, outer));
+    CK(cudaMalloc(&fallback, outer));
+    CK(cudaMalloc(&flagged, 4));
     CK(cudaMalloc(&counts, (size_t)S * outer * 4));
     CK(cudaMalloc(&reports, (size_t)S * outer * sizeof(WalkReport)));
     CK(cudaMemcpy(disc, df.data(), df.size() * 8, cudaMemcpyHostToDevice));
@@ -101,23 +105,25 @@ int main(int argc, char** argv) {
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
-    std::vector<unsigned char> fl(outer);
     for (int rep = 0; rep < 3; ++rep) {
         float ms_all = 0.0f;
-        long long flagged = 0;
+        long long n_flagged = 0;
         for (long long k = 0; k < launches; ++k) {
             const long long t = outer * M;
             bench_cash<<<(unsigned)((t + 255) / 256), 256>>>(cash, cdate, y, outer, S, df[1]);
+            CK(cudaMemset(flagged, 0, 4));
             CK(cudaEventRecord(e0));
             walk_american<<<(unsigned)outer, 64, smem>>>((const double*)st, (long long)S * M * D, outer, S, 1u, disc,
-                                                         alive, cash, cdate, y, flags, counts, reports, tol, thr);
+                                                         alive, cash, cdate, y, walked, fallback, flagged, counts,
+                                                         reports, tol, thr);
             CK(cudaEventRecord(e1));
             CK(cudaEventSynchronize(e1));
             float ms = 0.0f;
             CK(cudaEventElapsedTime(&ms, e0, e1));
             ms_all += ms;
-            CK(cudaMemcpy(fl.data(), flags, outer, cudaMemcpyDeviceToHost));
-            for (long long l = 0; l < outer; ++l) flagged += fl[l];
+            unsigned fl = 0;
+            CK(cudaMemcpy(&fl, flagged, 4, cudaMemcpyDeviceToHost));
+            n_flagged += fl;
         }
         CK(cudaGetLastError());
 #ifdef WALK_PROF
@@ -136,7 +142,7 @@ int main(int argc, char** argv) {
 #endif
         const double sec = ms_all * 1e-3, regs = (double)launches * per_launch;
         printf("rep %d: %lld launches, %.0f regressions in %.4f s = %.1f M/s; per 3.6 M %.4f s; flagged %lld\n", rep,
-               launches, regs, sec, regs / sec * 1e-6, sec * 3.6e6 / regs, flagged);
+               launches, regs, sec, regs / sec * 1e-6, sec * 3.6e6 / regs, n_flagged);
     }
     return 0;
 }

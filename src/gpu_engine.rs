@@ -373,10 +373,9 @@ struct ChunkBuffers<T: GpuReal> {
     alive: CudaSlice<u8>,
     /// One [`StepRecord`] per regression step of the chunk.
     records: CudaSlice<u64>,
-    /// The fused walk's outputs: flags `[l]`, the outer paths it solved and those it
-    /// flagged (`[l]`, masks), entering-path counts and reports `[s * c + l]` per step
-    /// `s` of an exposure date, and the number flagged.
-    walk_flags: CudaSlice<u8>,
+    /// The fused walk's outputs: the outer paths it solved and those it flagged (`[l]`,
+    /// masks), entering-path counts and reports `[s * c + l]` per step `s` of an exposure
+    /// date, and the number flagged.
     walk_walked: CudaSlice<u8>,
     walk_fallback: CudaSlice<u8>,
     walk_counts: CudaSlice<u32>,
@@ -461,7 +460,7 @@ impl ChunkShape {
             + self.positions
             + self.cap * 8
             + self.walk_steps * (4 + std::mem::size_of::<GpuReport>())
-            + 3
+            + 2
             + 64
     }
 
@@ -512,7 +511,6 @@ impl ChunkShape {
             payoffs: stream.alloc_zeros(c * m)?,
             alive: stream.alloc_zeros(self.positions.max(1) * c)?,
             records: stream.alloc_zeros(cap * STEP_RECORD_WORDS)?,
-            walk_flags: stream.alloc_zeros(c)?,
             walk_walked: stream.alloc_zeros(c)?,
             walk_fallback: stream.alloc_zeros(c)?,
             walk_counts: stream.alloc_zeros(self.walk_steps * c)?,
@@ -766,6 +764,11 @@ impl<T: GpuReal> GpuEngine<T> {
                 payoff_plane_possible(&market_steps, &gpu_payoff(scenario, p), sim.inner_paths)
             })
             && std::env::var_os("CVA_GPU_PAYOFF_PLANE").is_none_or(|v| v != "0");
+        // The fused walk's shape per American position (or why not).
+        let walk_shapes: Vec<Result<WalkShape, String>> = bases
+            .iter()
+            .map(|(_, b)| walk_shape::<T>(scenario, b, payoff_plane))
+            .collect();
         let shape = ChunkShape::new(
             scenario,
             &bases.iter().map(|(p, b)| (*p, b.len())).collect::<Vec<_>>(),
@@ -827,7 +830,7 @@ impl<T: GpuReal> GpuEngine<T> {
                     .map(|p| DevicePayoff::new(&stream, &gpu_payoff(scenario, p)))
                     .collect::<Result<Vec<_>, _>>()?;
                 let mut americans = Vec::new();
-                for (p, basis) in &bases {
+                for ((p, basis), walk_shape) in bases.iter().zip(&walk_shapes) {
                     let spec = RegressionSpec {
                         basis: basis.clone(),
                         payoff: gpu_payoff(scenario, *p),
@@ -838,24 +841,21 @@ impl<T: GpuReal> GpuEngine<T> {
                     };
                     let regression =
                         GpuRegression::<T>::new(&stream, &spec, RegressionConfig::from_env()?)?;
-                    let walk = match walk_shape::<T>(scenario, basis, payoff_plane) {
-                        Ok(shape) => match GpuWalk::new(&stream, &shape) {
-                            Ok(w) => Some(w),
-                            // A device without sm_90 or the shared memory: the pipeline.
-                            Err(GpuError::Invalid(why)) => {
-                                if profile {
-                                    eprintln!("GPU start-up: no fused walk: {why}");
-                                }
-                                None
-                            }
-                            Err(e) => return Err(e),
-                        },
-                        Err(why) => {
+                    // No walk for the shape, or a device without sm_90 or the shared
+                    // memory: the pipeline.
+                    let walk = match walk_shape
+                        .clone()
+                        .map_err(GpuError::Invalid)
+                        .and_then(|shape| GpuWalk::new(&stream, &shape))
+                    {
+                        Ok(w) => Some(w),
+                        Err(GpuError::Invalid(why)) => {
                             if profile {
                                 eprintln!("GPU start-up: no fused walk: {why}");
                             }
                             None
                         }
+                        Err(e) => return Err(e),
                     };
                     americans.push(American {
                         position: *p,
@@ -1382,6 +1382,7 @@ impl<T: GpuReal> GpuEngine<T> {
                     let steps_w = mi - k - 1;
                     let s_first = chunk_steps.len();
                     let params = &sim.solver_params;
+                    stream.memset_zeros(&mut b.walk_flagged)?;
                     walk.walk(
                         (&inner.slice(0..c * stride), stride, c),
                         (steps_w, (k + 1) as u32),
@@ -1397,7 +1398,9 @@ impl<T: GpuReal> GpuEngine<T> {
                             params.escalation_condition::<f64>(),
                         ),
                         WalkOutputs {
-                            flags: &mut b.walk_flags.slice_mut(0..c),
+                            walked: &mut b.walk_walked.slice_mut(0..c),
+                            fallback: &mut b.walk_fallback.slice_mut(0..c),
+                            flagged: &mut b.walk_flagged.slice_mut(0..1),
                             counts: &mut b.walk_counts.slice_mut(0..steps_w * c),
                             reports: &mut b.walk_reports.slice_mut(0..steps_w * c),
                         },
@@ -1416,14 +1419,6 @@ impl<T: GpuReal> GpuEngine<T> {
                         "walk (build, solve, exercise), 10+ steps",
                     ];
                     clock.mark(stream, Phase::Build, WALK_PIECES[steps_w.min(10) - 1])?;
-                    stream.memset_zeros(&mut b.walk_flagged)?;
-                    self.kernels.walk_masks(
-                        &alive,
-                        &b.walk_flags.slice(0..c),
-                        &mut b.walk_walked.slice_mut(0..c),
-                        &mut b.walk_fallback.slice_mut(0..c),
-                        &mut b.walk_flagged.slice_mut(0..1),
-                    )?;
                     for j in (k + 1..mi).rev() {
                         let s = chunk_steps.len();
                         let sw = j - k - 1;

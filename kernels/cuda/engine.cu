@@ -667,23 +667,6 @@ extern "C" __global__ void engine_step_summary(const EngineReport* __restrict__ 
     }
 }
 
-// After the fused walk (walk.cu): walked[l] = alive[l] && !flags[l] (the outer paths the
-// walk solved), fallback[l] = alive[l] && flags[l] (those to run through the pipeline),
-// *flagged += their number. One thread per outer path.
-extern "C" __global__ void engine_walk_masks(const unsigned char* __restrict__ alive,
-                                             const unsigned char* __restrict__ flags, long long c,
-                                             unsigned char* __restrict__ walked,
-                                             unsigned char* __restrict__ fallback,
-                                             unsigned* __restrict__ flagged) {
-    const long long l = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (l >= c) return;
-    const bool al = alive[l] != 0, f = al && flags[l] != 0;
-    walked[l] = al && !f;
-    fallback[l] = f;
-    const unsigned mask = __ballot_sync(__activemask(), f);
-    if (f && (threadIdx.x & 31) == __ffs(mask) - 1) atomicAdd(flagged, (unsigned)__popc(mask));
-}
-
 // The value of an American position at exposure date `date` on the outer paths where it
 // is alive: continuation = (sum over mm, in order, of cash * discount[cash_date - date])
 // / m; with allow_exercise, payoff = payoff(outer state) > 0 and payoff >= continuation,

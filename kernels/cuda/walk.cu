@@ -464,16 +464,18 @@ __device__ unsigned long long g_walk_prof[2][8];
 // discount factors discount[k] = e^{-r k dt}, alive[l] (a dead outer path is skipped), the
 // cash flows cash_g[l * m + mm] and their dates cash_date_g (absolute date indices), and
 // the first step's discounted cash flows y_g (engine_cash_init's). Out, for an outer path
-// not flagged: cash_g and cash_date_g after the walk; for every alive outer path:
-// flags[l] (1: a system failed the acceptance test, nothing else written for it but
-// counts and reports up to that step), counts[s * c + l] (the entering paths of step s)
-// and reports[s * c + l] (residual, method 0, status 0 for a solved system; for a system
-// with counts < n nothing). y_g is not written.
+// not flagged: cash_g and cash_date_g after the walk; for every outer path l < c:
+// walked[l] (alive and not flagged) and fallback[l] (alive and flagged: a system failed
+// the acceptance test, nothing else written for it but counts and reports), and
+// *flagged_count += the flagged ones; for every alive outer path: counts[s * c + l] (the
+// entering paths of step s) and reports[s * c + l] (residual, method 0, status 0 for a
+// solved system; for a system with counts < n nothing). y_g is not written.
 extern "C" __global__ void __launch_bounds__(64, 4)
 walk_american(const double* __restrict__ states, long long stride, long long c, int steps, unsigned date0,
               const double* __restrict__ discount, const unsigned char* __restrict__ alive,
               double* __restrict__ cash_g, unsigned* __restrict__ cash_date_g, const double* __restrict__ y_g,
-              unsigned char* __restrict__ flags, unsigned* __restrict__ counts, WalkReport* __restrict__ reports,
+              unsigned char* __restrict__ walked, unsigned char* __restrict__ fallback, unsigned* __restrict__ flagged_count,
+              unsigned* __restrict__ counts, WalkReport* __restrict__ reports,
               double tol, double thr) {
     extern __shared__ __align__(16) unsigned char smem[];
     unsigned* const sh = (unsigned*)smem;               // M x D high words
@@ -500,7 +502,7 @@ walk_american(const double* __restrict__ states, long long stride, long long c, 
     const long long l = blockIdx.x;
     if (l >= c) return;
     if (!alive[l]) {
-        if (threadIdx.x == 0) flags[l] = 0;
+        if (threadIdx.x == 0) walked[l] = fallback[l] = 0;
         return;
     }
     const unsigned* const base = (const unsigned*)(states + l * stride);
@@ -669,7 +671,11 @@ walk_american(const double* __restrict__ states, long long stride, long long c, 
             }
         }
     }
-    if (threadIdx.x == 0) flags[l] = flagged ? 1 : 0;
+    if (threadIdx.x == 0) {
+        walked[l] = !flagged;
+        fallback[l] = flagged;
+        if (flagged) atomicAdd(flagged_count, 1u);
+    }
 }
 
 // Test entry: the solver on a batch of systems in the engine's layout (A: n x n

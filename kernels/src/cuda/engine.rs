@@ -381,7 +381,6 @@ pub struct EngineKernels {
     select_f64: CudaFunction,
     select_f32: CudaFunction,
     step_summary: CudaFunction,
-    walk_masks: CudaFunction,
     american_value: CudaFunction,
     pay_maturing: CudaFunction,
     stats_sums: CudaFunction,
@@ -508,7 +507,6 @@ impl EngineKernels {
             select_f64: module.load_function("engine_select_f64")?,
             select_f32: module.load_function("engine_select_f32")?,
             step_summary: module.load_function("engine_step_summary")?,
-            walk_masks: module.load_function("engine_walk_masks")?,
             american_value: module.load_function("engine_american_value")?,
             pay_maturing: module.load_function("engine_pay_maturing")?,
             stats_sums: module.load_function("engine_stats_sums")?,
@@ -870,42 +868,6 @@ impl EngineKernels {
         // reports, alive, counts and residual hold c elements, record 12 words
         // (checked); blocks of 256 threads (>= 12, the record's writers); threads >= c
         // only take part in the block's reduction.
-        unsafe { l.launch(grid(c)?) }?;
-        Ok(())
-    }
-
-    /// After the fused walk ([`super::walk::GpuWalk::walk`]): `walked[l] = alive[l] &&
-    /// !flags[l]`, `fallback[l] = alive[l] && flags[l]`, and `*flagged +=` the number of
-    /// the latter.
-    ///
-    /// # Errors
-    /// [`GpuError::Invalid`] if a buffer is too short, driver errors.
-    pub fn walk_masks(
-        &self,
-        alive: &CudaView<u8>,
-        flags: &CudaView<u8>,
-        walked: &mut CudaViewMut<u8>,
-        fallback: &mut CudaViewMut<u8>,
-        flagged: &mut CudaViewMut<u32>,
-    ) -> Result<(), GpuError> {
-        let c = alive.len();
-        if flags.len() < c || walked.len() < c || fallback.len() < c || flagged.is_empty() {
-            return Err(GpuError::Invalid("walk masks: buffer too short".into()));
-        }
-        if c == 0 {
-            return Ok(());
-        }
-        let c_arg = c as i64;
-        let mut l = self.stream.launch_builder(&self.walk_masks);
-        l.arg(alive)
-            .arg(flags)
-            .arg(&c_arg)
-            .arg(walked)
-            .arg(fallback)
-            .arg(flagged);
-        // SAFETY: the arguments match `engine_walk_masks` (const unsigned char*, const
-        // unsigned char*, long long, unsigned char*, unsigned char*, unsigned*); every
-        // buffer holds c elements, flagged one (checked).
         unsafe { l.launch(grid(c)?) }?;
         Ok(())
     }

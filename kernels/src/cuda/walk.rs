@@ -144,9 +144,13 @@ pub struct GpuWalk {
 
 /// The per-step outputs of [`GpuWalk::walk`] besides the cash flows.
 pub struct WalkOutputs<'a, 'b> {
-    /// `flags[l]`: 1 where a system of outer path `l` failed the acceptance test (its
-    /// cash flows were not written), else 0; written for every `l < c`.
-    pub flags: &'a mut CudaViewMut<'b, u8>,
+    /// Written for every `l < c`: `walked[l]` 1 where outer path `l` is alive and every
+    /// system passed the acceptance test, `fallback[l]` 1 where it is alive and one failed
+    /// (its cash flows were not written), else 0.
+    pub walked: &'a mut CudaViewMut<'b, u8>,
+    pub fallback: &'a mut CudaViewMut<'b, u8>,
+    /// `flagged[0] +=` the outer paths with `fallback[l] == 1` (zeroed by the caller).
+    pub flagged: &'a mut CudaViewMut<'b, u32>,
     /// `counts[s * c + l]`: the entering paths of step `s` (exercise date `date0 + s`).
     pub counts: &'a mut CudaViewMut<'b, u32>,
     /// `reports[s * c + l]`: residual, method 0 (`L D L^T`), status 0 (Ok) or 2 (not
@@ -237,7 +241,9 @@ impl GpuWalk {
             || cash.len() < c * m
             || cash_date.len() < c * m
             || y.len() < c * m
-            || out.flags.len() < c
+            || out.walked.len() < c
+            || out.fallback.len() < c
+            || out.flagged.is_empty()
             || out.counts.len() < steps * c
             || out.reports.len() < steps * c
             || discount.len() < steps + 2
@@ -267,7 +273,9 @@ impl GpuWalk {
             .arg(cash)
             .arg(cash_date)
             .arg(y)
-            .arg(out.flags)
+            .arg(out.walked)
+            .arg(out.fallback)
+            .arg(out.flagged)
             .arg(out.counts)
             .arg(out.reports)
             .arg(&tol_arg)
@@ -283,7 +291,8 @@ impl GpuWalk {
         };
         // SAFETY: the arguments match `walk_american` (const double*, long long, long long,
         // int, unsigned, const double*, const unsigned char*, double*, unsigned*, const
-        // double*, unsigned char*, unsigned*, WalkReport*, double, double); the buffers
+        // double*, unsigned char*, unsigned char*, unsigned*, unsigned*, WalkReport*,
+        // double, double); the buffers
         // hold what the kernel reads and writes for c outer paths and `steps` steps
         // (checked); the state blocks start on 16-byte boundaries (device allocations are
         // 256-byte aligned, stride and m d even); one block of 64 threads per outer path,
