@@ -12,11 +12,12 @@
 // The solve is level 0 of the escalating strategy (kernels/src/batch/escalate.rs) in
 // another form: the L D L^T of A with its pivots taken two at a time, as a Gauss-Jordan
 // elimination with 2 x 2 pivot blocks (every row other than the pair's is eliminated, so
-// there is no back substitution), and the same acceptance: every L D L^T pivot positive
-// (D_J = p00, D_{J+1} = det / p00 of each pivot block), the pivot ratio min D_jj / A_jj
-// at least 1 / threshold, the relative residual at most the tolerance and the solution
-// growth at most the threshold (residual_check in kernels/src/batch/residual.rs, the same
-// operations in the same order). The elimination is not backward stable as L D L^T's
+// there is no back substitution), and the same acceptance in product form: every L D L^T
+// pivot positive (D_J = p00, D_{J+1} = det / p00 of each pivot block), the pivot ratio
+// min D_jj / A_jj at least 1 / threshold, the relative residual at most the tolerance and
+// the solution growth at most the threshold (the quantities of residual_check in
+// kernels/src/batch/residual.rs, with the divisions multiplied out and (A x)_i summed in
+// two halves: walk_check). The elimination is not backward stable as L D L^T's
 // substitutions are, so a system that fails the test with positive pivots gets one step of
 // iterative refinement in the working precision and the test again. Its CPU mirror is
 // kernels/src/gj2.rs (bitwise, with the correctly rounded reciprocal rcp_rn_fast_f64).
@@ -50,7 +51,7 @@
 #define NCH ((M + 31) / 32)           // chunks of 32 inner paths
 #define NPK (31 * 32 / 2)             // packed lower triangle of the 31 x 31 augmented matrix
 #define SH_WORDS ((M * D + 3) / 4 * 4)  // the high words, padded to 16 bytes
-#define SCOL 272                      // the solver's scratch doubles
+#define SCOL 274                      // the solver's scratch doubles
 #define WALK_DISC 64                  // discount factors held in shared memory
 #define WALK_SMEM_BYTES (SH_WORDS * 4 + M * 8 + M * 8 + NPK * 8 + 32 * 8 + SCOL * 8 + 16 + NCH * 8 + WALK_DISC * 8)
 
@@ -319,101 +320,109 @@ __device__ __noinline__ WalkGj walk_gj(const double* sg, double rhs, double* sco
     return {xi, good};
 }
 
-// The parts of residual_check (kernels/src/batch/residual.rs) that depend on A alone, for
-// the system in sg, on one warp: the equilibration scale s_i = 1 / sqrt(|a_ii|) (1 where
-// a_ii = 0) into sS = scol + 240, and the maxima over rows of sum_k |a_ik| and of
-// sum_k |s_i a_ik s_k| (row sums in column order) into scol[270] and scol[271]. The walk
-// runs it on the warp that does not solve, while the other eliminates.
+// The parts of the acceptance test that depend on A and b alone, for the system in sg, on
+// one warp: with s_i = 1 / sqrt(|a_ii|) (1 where a_ii = 0), the maxima over rows of
+// sum_k |a_ik| and of sum_k |s_i a_ik s_k| (row sums in column order, as residual_check in
+// kernels/src/batch/residual.rs sums them), of |b_i| and of |s_i b_i| into scol[270..274),
+// and t_i = sqrt(|a_ii|) (1 where a_ii = 0) into sT = scol + 240. The walk runs it on the
+// warp that does not solve, while the other eliminates.
 __device__ __noinline__ void walk_matrix_norms(const double* sg, double* scol, int lane) {
     const int i = lane;
     const bool row = i < N;
-    double* const sS = scol + 240;
+    double si = 1.0;
     if (row) {
         const double dii = fabs(sg[i * (i + 1) / 2 + i]);
-        sS[i] = dii > 0.0 ? 1.0 / sqrt(dii) : 1.0;
+        si = dii > 0.0 ? 1.0 / sqrt(dii) : 1.0;
+        scol[240 + i] = dii > 0.0 ? sqrt(dii) : 1.0;
     }
-    __syncwarp();
     double rsum = 0.0, srow = 0.0;
-    const double si = row ? sS[i] : 1.0;
 #pragma unroll
     for (int k = 0; k < N; ++k) {
         const double arc = walk_entry(sg, i, k);
+        const double sk = __shfl_sync(0xffffffffu, si, k);
         rsum = rsum + fabs(arc);
-        srow = srow + fabs(si * arc * sS[k]);
+        srow = srow + fabs(si * arc * sk);
     }
+    const double bi = row ? sg[N * (N + 1) / 2 + i] : 0.0;
     double a_max = row ? rsum : 0.0, sa_max = row ? srow : 0.0;
+    double b_max = fabs(bi), sb_max = fabs(si * bi);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
         a_max = fmax(a_max, __shfl_xor_sync(0xffffffffu, a_max, o));
         sa_max = fmax(sa_max, __shfl_xor_sync(0xffffffffu, sa_max, o));
+        b_max = fmax(b_max, __shfl_xor_sync(0xffffffffu, b_max, o));
+        sb_max = fmax(sb_max, __shfl_xor_sync(0xffffffffu, sb_max, o));
     }
     if (lane == 0) {
         scol[270] = a_max;
         scol[271] = sa_max;
+        scol[272] = b_max;
+        scol[273] = sb_max;
     }
     __syncwarp();
 }
 
-// The acceptance test of level 0 of the escalating strategy for x (lane i's x_i) with the
-// pivots of the last walk_gj (sP = scol + 208), good, and walk_matrix_norms's results:
-// the pivot ratio min D_jj / A_jj (D_J = p00, D_{J+1} = det / p00) times thr at least 1,
-// and residual_check with the residual at most tol and the growth at most thr. Publishes
-// x in sx = scol + 128 and returns lane i's residual r_i = b_i - (A x)_i (summed in column
-// order) in *ri_out (the refinement's right-hand side).
+// The acceptance test of level 0 of the escalating strategy, in product form (no division
+// on its path), for x (lane i's x_i) with the pivots of the last walk_gj (sP = scol + 208),
+// good, and walk_matrix_norms's results. With the residual r_i = b_i - (A x)_i, (A x)_i
+// summed as (sum over even k) + (sum over odd k), each in column order from 0:
+//   bad      = some r_i is NaN or some x_i is not finite (rejected, residual NaN);
+//   ill      = some pivot D_i thr < a_ii (D_J = p00; D_{J+1} = det / p00 compared as
+//              det thr < a_ii p00), or sa_max * max_i |x_i| t_i > thr * sb_max (growth);
+//   accepted = good && !bad && !ill && r_max <= tol (a_max x_max + b_max).
+// These are residual_check's relative residual <= tol, growth <= thr and pivot ratio
+// >= 1 / thr with the divisions multiplied out (the scaled x as |x_i| t_i, not
+// |x_i / s_i|). The residual reported is r_max / (a_max x_max + b_max) (0 where that is
+// 0). Publishes x in sx = scol + 128 and returns lane i's r_i in *ri_out (the refinement's
+// right-hand side). The CPU mirror: walk_acceptance in kernels/src/gj2.rs.
 __device__ __noinline__ WalkSolve walk_check(const double* sg, double* scol, double xi, double bi0, bool good,
                                              double tol, double thr, double* ri_out, int lane) {
     const int i = lane;
     const bool row = i < N;
     double* const sx = scol + 128;
     const double* const sP = scol + 208;
-    const double* const sS = scol + 240;
     if (row) sx[i] = xi;
     __syncwarp();
-    double ratio = 1.0;
+    bool ill = false;
+    double ti = 1.0;
     if (row) {
         const int t = i >> 1;
         const double p00 = sP[2 * t];
-        const double piv = (i & 1) ? sP[2 * t + 1] / p00 : p00;
-        ratio = piv / sg[i * (i + 1) / 2 + i];
+        const double aii = sg[i * (i + 1) / 2 + i];
+        ill = (i & 1) ? sP[2 * t + 1] * thr < aii * p00 : p00 * thr < aii;
+        ti = scol[240 + i];
     }
-    double acc = 0.0;
+    double acc0 = 0.0, acc1 = 0.0;
 #pragma unroll
-    for (int k = 0; k < N; ++k) {
-        const double arc = walk_entry(sg, i, k);
-        acc = acc + arc * sx[k];
+    for (int k = 0; k < N; k += 2) {
+        acc0 = acc0 + walk_entry(sg, i, k) * sx[k];
+        acc1 = acc1 + walk_entry(sg, i, k + 1) * sx[k + 1];
     }
-    const double si = row ? sS[i] : 1.0;
-    const double a_max = scol[270], sa_max = scol[271];
+    const double a_max = scol[270], sa_max = scol[271], b_max = scol[272], sb_max = scol[273];
     __syncwarp();  // sx is read: a refinement may overwrite it
-    const double rs = bi0 - acc;
+    const double rs = bi0 - (acc0 + acc1);
     *ri_out = rs;
     const double ri = fabs(rs);
-    // Lanes past N contribute zeros (and a ratio of 1) to the maxima.
-    bool bad = row && (ri != ri || !(fabs(xi) <= 1.7976931348623157e308));
-    double r_max = row ? ri : 0.0, x_max = row ? fabs(xi) : 0.0, b_max = row ? fabs(bi0) : 0.0;
-    double sx_max = row ? fabs(xi / si) : 0.0, sb_max = row ? fabs(si * bi0) : 0.0;
+    // Lanes past N contribute zeros to the maxima.
+    const bool bad = row && (ri != ri || !(fabs(xi) <= 1.7976931348623157e308));
+    double r_max = row ? ri : 0.0, x_max = row ? fabs(xi) : 0.0, sx_max = row ? fabs(xi) * ti : 0.0;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
         r_max = fmax(r_max, __shfl_xor_sync(0xffffffffu, r_max, o));
         x_max = fmax(x_max, __shfl_xor_sync(0xffffffffu, x_max, o));
-        b_max = fmax(b_max, __shfl_xor_sync(0xffffffffu, b_max, o));
         sx_max = fmax(sx_max, __shfl_xor_sync(0xffffffffu, sx_max, o));
-        sb_max = fmax(sb_max, __shfl_xor_sync(0xffffffffu, sb_max, o));
-        ratio = fmin(ratio, __shfl_xor_sync(0xffffffffu, ratio, o));
     }
-    bad = __any_sync(0xffffffffu, bad);
+    const bool any_bad = __ballot_sync(0xffffffffu, bad) != 0u;
+    const bool any_ill = __ballot_sync(0xffffffffu, ill) != 0u;
     WalkSolve out;
-    if (bad) {
+    if (any_bad) {
         out.residual = __longlong_as_double(0x7ff8000000000000LL);
         out.accepted = false;
         return out;
     }
     const double den = a_max * x_max + b_max;
     out.residual = den == 0.0 ? 0.0 : r_max / den;
-    const double sax = sa_max * sx_max;
-    const double growth = sax == 0.0 ? 0.0 : sax / sb_max;
-    const bool ill = growth > thr || ratio * thr < 1.0;
-    out.accepted = good && !ill && out.residual <= tol;
+    out.accepted = good && !any_ill && r_max <= tol * den && !(sa_max * sx_max > thr * sb_max);
     return out;
 }
 

@@ -7,7 +7,8 @@
 //! eliminated at each step (the rows above it too), so that no `L` is stored and there is
 //! no back substitution: `x` of pair `t` is `P_t^{-1}` times the pair's final right-hand
 //! side. The acceptance of [`gj2_solve_checked`] is that of level 0 of the escalating
-//! strategy ([`Strategy::Escalating`](crate::Strategy::Escalating), `batch::escalate`).
+//! strategy ([`Strategy::Escalating`](crate::Strategy::Escalating), `batch::escalate`) in
+//! product form (the GPU's `walk_check`: no division on its path).
 //!
 //! # Layout
 //! * `a`: `n x n` column-major, entry `(r, c)` at `a[r + c*n]`; only the **lower
@@ -15,7 +16,6 @@
 //! * `b`, `x`: length `n`.
 //! * `n` even, `2 <= n <= 62`.
 
-use crate::batch::residual_check;
 use crate::SolverParams;
 
 /// Largest system size [`gj2_solve`] accepts.
@@ -34,13 +34,21 @@ pub struct Gj2Report {
     /// (`D_J = p00`, `D_{J+1} = det / p00` for every block); NaN unless
     /// [`positive_pivots`](Self::positive_pivots).
     pub pivot_ratio: f64,
-    /// [`ResidualCheck::residual`](crate::batch::ResidualCheck::residual) of `x`.
+    /// The normwise relative residual of `x`, `max_i |r_i| / (max_i sum_k |a_ik| *
+    /// max_i |x_i| + max_i |b_i|)` (0 where the denominator is 0; NaN where some `r_i` is
+    /// NaN or some `x_i` is not finite), with `r_i = b_i - (A x)_i` and `(A x)_i` summed
+    /// as the sum over even `k` plus the sum over odd `k`, each in column order from 0:
+    /// [`ResidualCheck::residual`](crate::batch::ResidualCheck::residual) up to rounding.
     pub residual: f64,
-    /// [`ResidualCheck::growth`](crate::batch::ResidualCheck::growth) of `x`.
+    /// The solution growth `max_i sum_k |s_i a_ik s_k| * max_i |x_i| t_i / max_i |s_i b_i|`
+    /// (`s_i = 1 / sqrt(|a_ii|)`, `t_i = sqrt(|a_ii|)`, both 1 where `a_ii = 0`; 0 where the
+    /// numerator is 0; NaN with the residual):
+    /// [`ResidualCheck::growth`](crate::batch::ResidualCheck::growth) up to rounding.
     pub growth: f64,
-    /// The solution is accepted: positive pivots, neither the growth nor the inverse
-    /// pivot ratio above [`SolverParams::escalation_condition`], and `residual <= tol`
-    /// ([`SolverParams::tolerance`]; a NaN residual is not accepted).
+    /// The solution is accepted by level 0's test in product form (see
+    /// [`gj2_solve_checked`]): positive pivots, neither the growth nor the inverse pivot
+    /// ratio above [`SolverParams::escalation_condition`], and the residual at most
+    /// [`SolverParams::tolerance`] (NaN is not accepted).
     pub accepted: bool,
     /// The first solution failed the test and one step of iterative refinement ran
     /// (the numbers above are those of the refined solution).
@@ -88,6 +96,18 @@ pub struct Gj2Report {
 /// If `n` is odd, `n < 2`, `n > 62`, `a.len() < n*n`, `b.len() < n` or `x.len() < n`.
 #[track_caller]
 pub fn gj2_solve(n: usize, a: &[f64], b: &[f64], x: &mut [f64]) -> (bool, f64) {
+    gj2_eliminate(n, a, b, x, &mut [[0.0; 2]; GJ2_MAX_N / 2])
+}
+
+/// [`gj2_solve`], also writing every pivot block's `[p00, det]` into `piv[t]`.
+#[track_caller]
+fn gj2_eliminate(
+    n: usize,
+    a: &[f64],
+    b: &[f64],
+    x: &mut [f64],
+    piv: &mut [[f64; 2]; GJ2_MAX_N / 2],
+) -> (bool, f64) {
     assert!(
         (2..=GJ2_MAX_N).contains(&n),
         "gj2_solve: n = {n} outside 2..={GJ2_MAX_N}"
@@ -171,6 +191,7 @@ pub fn gj2_solve(n: usize, a: &[f64], b: &[f64], x: &mut [f64]) -> (bool, f64) {
             }
         }
         *inv_t = [p11 * rdet, -p01 * rdet, p00 * rdet];
+        piv[t] = [p00, det];
     }
     // x = D^-1 z by the blocks' inverses.
     for (t, &[i00, i01, i11]) in inv.iter().enumerate().take(n / 2) {
@@ -184,20 +205,27 @@ pub fn gj2_solve(n: usize, a: &[f64], b: &[f64], x: &mut [f64]) -> (bool, f64) {
 }
 
 /// [`gj2_solve`], then the acceptance of level 0 of the escalating strategy
-/// (`batch::escalate`): [`residual_check`] of `x`, with `threshold =
-/// params.escalation_condition::<f64>()` and `tol = params.tolerance::<f64>(n)`,
+/// (`batch::escalate`) in product form, with `thr = params.escalation_condition::<f64>()`
+/// and `tol = params.tolerance::<f64>(n)`: with `r_i`, `s_i`, `t_i` as in
+/// [`Gj2Report::residual`] and [`Gj2Report::growth`],
 ///
 /// ```text
-/// ill      = growth > threshold || pivot_ratio * threshold < 1
-/// accepted = positive_pivots && !ill && residual <= tol
+/// bad      = some r_i is NaN or some x_i is not finite
+/// ill      = some scalar pivot D_i thr < a_ii   (D_J = p00 as p00 thr < a_JJ;
+///                                              D_{J+1} = det / p00 as det thr < a_{J+1,J+1} p00)
+///            || max_i sum_k |s_i a_ik s_k| * max_i |x_i| t_i > thr * max_i |s_i b_i|
+/// accepted = positive_pivots && !bad && !ill
+///            && max_i |r_i| <= tol * (max_i sum_k |a_ik| * max_i |x_i| + max_i |b_i|)
 /// ```
 ///
+/// `residual_check`'s tests (`residual <= tol`, `growth <= thr`, `pivot_ratio * thr >= 1`)
+/// with the divisions multiplied out, so the two agree except at rounding boundaries.
 /// Where the test fails with positive pivots, one step of iterative refinement in the
-/// working precision (Skeel 1980): `r_i = b_i - (A x)_i` with `(A x)_i` summed in column
-/// order from 0 (unfused products, as `residual_check` sums), `x_i += d_i` with `d` from
-/// [`gj2_solve`] of `A d = r`, and the test again. The elimination is not backward stable
-/// as `L D L^T` with substitutions is (its residual grows with the condition number);
-/// the refinement step makes up for it. The GPU's `walk_solve` does the same operations.
+/// working precision (Skeel 1980): `x_i += d_i` with `d` from [`gj2_solve`] of `A d = r`
+/// (`r` as summed for the test), and the test again. The elimination is not backward
+/// stable as `L D L^T` with substitutions is (its residual grows with the condition
+/// number); the refinement step makes up for it. The GPU's `walk_solve` (`walk_gj`,
+/// `walk_matrix_norms`, `walk_check`) does the same operations.
 ///
 /// `x` is always written (not reset to NaN when rejected).
 ///
@@ -211,37 +239,91 @@ pub fn gj2_solve_checked(
     x: &mut [f64],
     params: &SolverParams,
 ) -> Gj2Report {
-    let threshold = params.escalation_condition::<f64>();
+    let thr = params.escalation_condition::<f64>();
     let tol = params.tolerance::<f64>(n);
-    let (positive_pivots, pivot_ratio) = gj2_solve(n, a, b, x);
-    let report = |x: &[f64], refined: bool| {
-        let check = residual_check(n, a, b, x);
-        let ill = check.growth > threshold || pivot_ratio * threshold < 1.0;
+    let mut piv = [[0.0f64; 2]; GJ2_MAX_N / 2];
+    let (positive_pivots, pivot_ratio) = gj2_eliminate(n, a, b, x, &mut piv);
+    let entry = |i: usize, k: usize| a[i.max(k) + i.min(k) * n];
+
+    // The parts that depend on A and b alone (walk_matrix_norms), and the pivot test.
+    let (mut a_max, mut sa_max, mut b_max, mut sb_max) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
+    let mut s = [1.0f64; GJ2_MAX_N];
+    let mut t = [1.0f64; GJ2_MAX_N];
+    for i in 0..n {
+        let d = entry(i, i).abs();
+        if d > 0.0 {
+            s[i] = 1.0 / d.sqrt();
+            t[i] = d.sqrt();
+        }
+    }
+    let mut pivot_ill = false;
+    for i in 0..n {
+        let (mut rsum, mut srow) = (0.0f64, 0.0f64);
+        for k in 0..n {
+            let arc = entry(i, k);
+            rsum += arc.abs();
+            srow += (s[i] * arc * s[k]).abs();
+        }
+        a_max = a_max.max(rsum);
+        sa_max = sa_max.max(srow);
+        b_max = b_max.max(b[i].abs());
+        sb_max = sb_max.max((s[i] * b[i]).abs());
+        let [p00, det] = piv[i / 2];
+        let aii = entry(i, i);
+        pivot_ill |= if i % 2 == 1 {
+            det * thr < aii * p00
+        } else {
+            p00 * thr < aii
+        };
+    }
+
+    // walk_check: the residual in two sums, the maxima, the test.
+    let test = |x: &[f64], r: &mut [f64; GJ2_MAX_N], refined: bool| {
+        let (mut r_max, mut x_max, mut sx_max) = (0.0f64, 0.0f64, 0.0f64);
+        let mut bad = false;
+        for i in 0..n {
+            let (mut acc0, mut acc1) = (0.0f64, 0.0f64);
+            for k in (0..n).step_by(2) {
+                acc0 += entry(i, k) * x[k];
+                acc1 += entry(i, k + 1) * x[k + 1];
+            }
+            r[i] = b[i] - (acc0 + acc1);
+            let ri = r[i].abs();
+            bad |= ri.is_nan() || !(x[i].abs() <= f64::MAX);
+            r_max = r_max.max(ri);
+            x_max = x_max.max(x[i].abs());
+            sx_max = sx_max.max(x[i].abs() * t[i]);
+        }
+        if bad {
+            return Gj2Report {
+                positive_pivots,
+                pivot_ratio,
+                residual: f64::NAN,
+                growth: f64::NAN,
+                accepted: false,
+                refined,
+            };
+        }
+        let den = a_max * x_max + b_max;
+        let sax = sa_max * sx_max;
         Gj2Report {
             positive_pivots,
             pivot_ratio,
-            residual: check.residual,
-            growth: check.growth,
-            accepted: positive_pivots && !ill && check.residual <= tol,
+            residual: if den == 0.0 { 0.0 } else { r_max / den },
+            growth: if sax == 0.0 { 0.0 } else { sax / sb_max },
+            accepted: positive_pivots && !pivot_ill && r_max <= tol * den && !(sax > thr * sb_max),
             refined,
         }
     };
-    let first = report(x, false);
+    let mut r = [0.0f64; GJ2_MAX_N];
+    let first = test(x, &mut r, false);
     if first.accepted || !positive_pivots {
         return first;
-    }
-    let mut r = [0.0f64; GJ2_MAX_N];
-    for (i, ri) in r.iter_mut().enumerate().take(n) {
-        let mut acc = 0.0;
-        for (k, xk) in x.iter().enumerate().take(n) {
-            acc += a[i.max(k) + i.min(k) * n] * xk;
-        }
-        *ri = b[i] - acc;
     }
     let mut d = [0.0f64; GJ2_MAX_N];
     gj2_solve(n, a, &r[..n], &mut d[..n]);
     for (xi, di) in x.iter_mut().zip(&d).take(n) {
         *xi += di;
     }
-    report(x, true)
+    test(x, &mut r, true)
 }

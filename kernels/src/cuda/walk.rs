@@ -8,8 +8,9 @@
 //! The solve is level 0 of [`Strategy::Escalating`](crate::Strategy::Escalating) in
 //! another form: `L D L^T` with its pivots taken two at a time as a Gauss–Jordan
 //! elimination with `2 x 2` pivot blocks ([`crate::gj2`] is its CPU mirror, bit for bit),
-//! with level 0's acceptance test (positive pivots, the pivot ratio, the relative residual
-//! and the solution growth of [`crate::batch::residual_check`]), and one step of iterative
+//! with level 0's acceptance test in product form (positive pivots, the pivot ratio, the
+//! relative residual and the solution growth of [`crate::batch::residual_check`], with the
+//! divisions multiplied out: [`crate::gj2::gj2_solve_checked`]), and one step of iterative
 //! refinement where the test fails with positive pivots. An outer path with a
 //! system that fails it is flagged and left untouched, for the caller to run its steps
 //! through the escalating pipeline.
@@ -94,7 +95,7 @@ impl WalkShape {
         let (d, m) = (self.d, self.m);
         let nch = m.div_ceil(32);
         let npk = 31 * 32 / 2;
-        (m * d).div_ceil(4) * 4 * 4 + m * 16 + npk * 8 + 32 * 8 + 272 * 8 + 16 + nch * 8 + 64 * 8
+        (m * d).div_ceil(4) * 4 * 4 + m * 16 + npk * 8 + 32 * 8 + 274 * 8 + 16 + nch * 8 + 64 * 8
     }
 
     /// The module's source: the shape's defines, `prelude.cu`, `rcp.cu`, `walk.cu`.
