@@ -289,7 +289,7 @@ pub fn gj2_solve_checked(
             }
             r[i] = b[i] - (acc0 + acc1);
             let ri = r[i].abs();
-            bad |= ri.is_nan() || !(x[i].abs() <= f64::MAX);
+            bad |= ri.is_nan() || !x[i].is_finite();
             r_max = r_max.max(ri);
             x_max = x_max.max(x[i].abs());
             sx_max = sx_max.max(x[i].abs() * t[i]);
@@ -311,7 +311,11 @@ pub fn gj2_solve_checked(
             pivot_ratio,
             residual: if den == 0.0 { 0.0 } else { r_max / den },
             growth: if sax == 0.0 { 0.0 } else { sax / sb_max },
-            accepted: positive_pivots && !pivot_ill && r_max <= tol * den && !(sax > thr * sb_max),
+            // (GPU: !(sax > thr * sb_max), false only where sax > thr * sb_max)
+            accepted: positive_pivots
+                && !pivot_ill
+                && r_max <= tol * den
+                && sax.partial_cmp(&(thr * sb_max)) != Some(std::cmp::Ordering::Greater),
             refined,
         }
     };

@@ -524,7 +524,10 @@ fn upper_triangle_not_read() {
 /// within `8 eps` relative; NaN together.
 fn assert_close_to_residual_check(case: &str, n: usize, check: &ResidualCheck, rep: &Gj2Report) {
     if check.residual.is_nan() {
-        assert!(rep.residual.is_nan() && rep.growth.is_nan(), "{case}: {check:?} {rep:?}");
+        assert!(
+            rep.residual.is_nan() && rep.growth.is_nan(),
+            "{case}: {check:?} {rep:?}"
+        );
         return;
     }
     let bound = 4.0 * (n + 2) as f64 * EPS;
@@ -571,7 +574,11 @@ fn checked_matches_unchecked_and_rule() {
         let check = residual_check(n, &buf, &b, &x2);
         assert_close_to_residual_check(&case, n, &check, &rep);
         // The product form decides as residual_check's quotients do (away from boundaries).
-        assert_eq!(rep.accepted, rejection_reason(n, &rep).is_none(), "{case}: {rep:?}");
+        assert_eq!(
+            rep.accepted,
+            rejection_reason(n, &rep).is_none(),
+            "{case}: {rep:?}"
+        );
         // A tight residual tolerance and escalation condition reject the same system.
         let strict = SolverParams {
             residual_tolerance: Some(0.0),
