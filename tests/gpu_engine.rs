@@ -855,26 +855,44 @@ fn walk_matches_the_pipeline_on_basket29() {
 }
 
 /// An American put on a basket of three correlated assets with spots 36, 40 and 44 (the
-/// walk's 1 / S_0 table; n = 4), 300 inner paths (a last chunk of 12), every path in the
-/// regression (`itm_only = false`) and 12 exposure dates.
+/// walk's 1 / S_0 table; n = 4), every path in the regression (`itm_only = false`) and 12
+/// exposure dates, with `inner` inner paths: the scenario file in `dir`.
+fn three_asset_put(dir: &Path, inner: usize) -> std::path::PathBuf {
+    let yaml = format!(
+        "name: put3\nmarket:\n  rate: 0.06\n  assets:\n    \
+        - {{name: A, spot: 36.0, volatility: 0.2, dividend_yield: 0.0}}\n    \
+        - {{name: B, spot: 40.0, volatility: 0.25, dividend_yield: 0.0}}\n    \
+        - {{name: C, spot: 44.0, volatility: 0.3, dividend_yield: 0.0}}\n  \
+        correlation:\n    - [1.0, 0.3, 0.3]\n    - [0.3, 1.0, 0.3]\n    - [0.3, 0.3, 1.0]\n\
+        dates:\n  horizon: 1.0\n  exposure_dates: 12\nportfolio:\n  \
+        - {{name: basket_put, style: american, kind: put, \
+        underlying: {{basket: {{A: 0.3333333333333333, B: 0.3333333333333333, C: 0.3333333333333333}}}}, \
+        strike: 40.0, maturity: 1.0, quantity: 1.0}}\n\
+        counterparty:\n  hazard_rate: 0.02\n  recovery_rate: 0.4\n\
+        simulation:\n  outer_paths: 1000\n  inner_paths: {inner}\n  basis: linear\n  \
+        itm_only: false\n  precision: f64\n  solver: escalating\n  seed: 7\n"
+    );
+    let sc = dir.join("put3.yaml");
+    std::fs::write(&sc, yaml).unwrap();
+    sc
+}
+
+/// The three-asset put with 300 inner paths (ten chunks of 32, the last of 12).
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn walk_matches_the_pipeline_on_a_three_asset_put() {
     let dir = tempfile::tempdir().unwrap();
-    let yaml = "name: put3\nmarket:\n  rate: 0.06\n  assets:\n    \
-        - {name: A, spot: 36.0, volatility: 0.2, dividend_yield: 0.0}\n    \
-        - {name: B, spot: 40.0, volatility: 0.25, dividend_yield: 0.0}\n    \
-        - {name: C, spot: 44.0, volatility: 0.3, dividend_yield: 0.0}\n  \
-        correlation:\n    - [1.0, 0.3, 0.3]\n    - [0.3, 1.0, 0.3]\n    - [0.3, 0.3, 1.0]\n\
-        dates:\n  horizon: 1.0\n  exposure_dates: 12\nportfolio:\n  \
-        - {name: basket_put, style: american, kind: put, \
-        underlying: {basket: {A: 0.3333333333333333, B: 0.3333333333333333, C: 0.3333333333333333}}, \
-        strike: 40.0, maturity: 1.0, quantity: 1.0}\n\
-        counterparty:\n  hazard_rate: 0.02\n  recovery_rate: 0.4\n\
-        simulation:\n  outer_paths: 1000\n  inner_paths: 300\n  basis: linear\n  \
-        itm_only: false\n  precision: f64\n  solver: escalating\n  seed: 7\n";
-    let sc = dir.path().join("put3.yaml");
-    std::fs::write(&sc, yaml).unwrap();
+    let sc = three_asset_put(dir.path(), 300);
+    walk_matches_the_pipeline(&sc, "put3.yaml", 1000, &[]);
+}
+
+/// The three-asset put with 80 inner paths: three chunks, so the walk's second warp has one
+/// chunk fewer than the first (its third group slot is past the last path).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn walk_matches_the_pipeline_with_an_odd_chunk_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let sc = three_asset_put(dir.path(), 80);
     walk_matches_the_pipeline(&sc, "put3.yaml", 1000, &[]);
 }
 

@@ -517,14 +517,16 @@ walk_american(const double* __restrict__ states, long long stride, long long c, 
     const unsigned* const base = (const unsigned*)(states + l * stride);
     auto block = [&](int s) { return base + (long long)s * (2 * M * D); };
 
-    double cash[NCH];
-    unsigned cdate[NCH];
+    // This warp's chunks c = w + 2 j, j < NCW: lane's path 32 c + lane in cash[j], cdate[j]
+    // (0 past the last path).
+    constexpr int NCW = (NCH + 1) / 2;
+    double cash[NCW];
+    unsigned cdate[NCW];
 #pragma unroll
-    for (int cc = 0; cc < NCH; ++cc) {
-        if (cc % 2 != w) continue;
-        const int p = 32 * cc + lane;
-        cash[cc] = p < M ? cash_g[l * M + p] : 0.0;
-        cdate[cc] = p < M ? cash_date_g[l * M + p] : 0u;
+    for (int j = 0; j < NCW; ++j) {
+        const int p = 32 * (w + 2 * j) + lane;
+        cash[j] = p < M ? cash_g[l * M + p] : 0.0;
+        cdate[j] = p < M ? cash_date_g[l * M + p] : 0u;
         if (p < M) sy[p] = y_g[l * M + p];
     }
     if (threadIdx.x < steps + 2) sdisc[threadIdx.x] = discount[threadIdx.x];
@@ -606,55 +608,50 @@ walk_american(const double* __restrict__ states, long long stride, long long c, 
 #pragma unroll
         for (int k = 0; k < N; ++k) bt[k] = sb[k];
         const unsigned* const nxt = s > 0 ? block(s - 1) : base;
-// One path's decision and its discounted cash flow (chunk CX, path P, continuation CONT).
-#define WALK_EX_ONE(CX, P, CONT)                                       \
+// One path's decision and its discounted cash flow (this warp's chunk J, path P,
+// continuation CONT).
+#define WALK_EX_ONE(J, P, CONT)                                        \
     if ((P) < M) {                                                     \
         const double pv = sp[P];                                       \
         if (pv > 0.0 && pv >= (CONT)) {                                \
-            cash[CX] = pv;                                             \
-            cdate[CX] = date;                                          \
+            cash[J] = pv;                                              \
+            cdate[J] = date;                                           \
         }                                                              \
-        if (s > 0) sy[P] = cash[CX] * sdisc[cdate[CX] - (date - 1u)]; \
+        if (s > 0) sy[P] = cash[J] * sdisc[cdate[J] - (date - 1u)];    \
     }
-// Chunks CA, CB, CC (CB, CC: -1 for none) together: the continuations, the decisions, then
-// the chunks' copies of the next date.
-#define WALK_EXN(CA, CB, CC)                                                                   \
+// This warp's chunks JA, JB, JC (w + 2 J; JB, JC: -1 for none) together: the
+// continuations, the decisions, then the chunks' copies of the next date. One copy of the
+// code serves both warps; a chunk past the last (w = 1, NCH odd) has no path (P >= M).
+#define WALK_EXN(JA, JB, JC)                                                                   \
     {                                                                                          \
-        constexpr int CA_ = (CA), CB_ = (CB), CC_ = (CC);                                      \
-        constexpr int CBI = CB_ < 0 ? CA_ : CB_, CCI = CC_ < 0 ? CA_ : CC_;                     \
-        const int pa = 32 * CA_ + lane, pb = 32 * CBI + lane, pc = 32 * CCI + lane;            \
-        const unsigned* ra = sh + (32 * CA_ + 32 <= M ? pa : min(pa, M - 1)) * D;              \
-        const unsigned* rb = sh + (32 * CBI + 32 <= M ? pb : min(pb, M - 1)) * D;              \
-        const unsigned* rc = sh + (32 * CCI + 32 <= M ? pc : min(pc, M - 1)) * D;              \
+        constexpr int JA_ = (JA), JB_ = (JB), JC_ = (JC);                                      \
+        constexpr int JBI = JB_ < 0 ? JA_ : JB_, JCI = JC_ < 0 ? JA_ : JC_;                     \
+        const int ca = w + 2 * JA_, cb = w + 2 * JBI, cc3 = w + 2 * JCI;                      \
+        const int pa = 32 * ca + lane, pb = 32 * cb + lane, pc = 32 * cc3 + lane;              \
+        const unsigned* ra = sh + min(pa, M - 1) * D;                                          \
+        const unsigned* rb = sh + min(pb, M - 1) * D;                                          \
+        const unsigned* rc = sh + min(pc, M - 1) * D;                                          \
         double conta = 0.0 + 1.0 * bt[0], contb = conta, contc = conta;                        \
         _Pragma("unroll") for (int k = 1; k < N; ++k) {                                        \
             conta = conta + walk_feature(ra, k) * bt[k];                                       \
-            if (CB_ >= 0) contb = contb + walk_feature(rb, k) * bt[k];                         \
-            if (CC_ >= 0) contc = contc + walk_feature(rc, k) * bt[k];                         \
+            if (JB_ >= 0) contb = contb + walk_feature(rb, k) * bt[k];                         \
+            if (JC_ >= 0) contc = contc + walk_feature(rc, k) * bt[k];                         \
         }                                                                                      \
-        WALK_EX_ONE(CA_, pa, conta)                                                            \
-        if constexpr (CB_ >= 0) { WALK_EX_ONE(CBI, pb, contb) }                                \
-        if constexpr (CC_ >= 0) { WALK_EX_ONE(CCI, pc, contc) }                                \
+        WALK_EX_ONE(JA_, pa, conta)                                                            \
+        if constexpr (JB_ >= 0) { WALK_EX_ONE(JBI, pb, contb) }                                \
+        if constexpr (JC_ >= 0) { WALK_EX_ONE(JCI, pc, contc) }                                \
         __syncwarp();                                                                          \
         if (s > 0 && lane == 0) {                                                              \
-            walk_issue_chunk(sh, sp, nxt, CA_, mb);                                            \
-            if (CB_ >= 0) walk_issue_chunk(sh, sp, nxt, CBI, mb);                              \
-            if (CC_ >= 0) walk_issue_chunk(sh, sp, nxt, CCI, mb);                              \
+            if (ca < NCH) walk_issue_chunk(sh, sp, nxt, ca, mb);                               \
+            if (JB_ >= 0 && cb < NCH) walk_issue_chunk(sh, sp, nxt, cb, mb);                   \
+            if (JC_ >= 0 && cc3 < NCH) walk_issue_chunk(sh, sp, nxt, cc3, mb);                 \
         }                                                                                      \
     }
-// Warp W's chunks W, W + 2, ... (NCH <= 10) in groups of three.
-#define WALK_CH(C) ((C) < NCH ? (C) : -1)
-#define WALK_EX_WARP(W)                                                   \
-    {                                                                     \
-        if constexpr ((W) < NCH) WALK_EXN(W, WALK_CH((W) + 2), WALK_CH((W) + 4)) \
-        if constexpr ((W) + 6 < NCH) WALK_EXN((W) + 6, WALK_CH((W) + 8), -1)    \
-    }
-        if (w == 0)
-            WALK_EX_WARP(0)
-        else
-            WALK_EX_WARP(1)
-#undef WALK_EX_WARP
-#undef WALK_CH
+// This warp's chunks (at most 5) in groups of three: the same groups as chunk by chunk.
+#define WALK_J(J) ((J) < NCW ? (J) : -1)
+        WALK_EXN(0, WALK_J(1), WALK_J(2))
+        if constexpr (NCW > 3) WALK_EXN(3, WALK_J(4), -1)
+#undef WALK_J
 #undef WALK_EXN
 #undef WALK_EX_ONE
         WALK_PROF_ADD(4, pt);
@@ -671,12 +668,11 @@ walk_american(const double* __restrict__ states, long long stride, long long c, 
     const bool flagged = stot[1] != 0;
     if (!flagged) {
 #pragma unroll
-        for (int cc = 0; cc < NCH; ++cc) {
-            if (cc % 2 != w) continue;
-            const int p = 32 * cc + lane;
+        for (int j = 0; j < NCW; ++j) {
+            const int p = 32 * (w + 2 * j) + lane;
             if (p < M) {
-                cash_g[l * M + p] = cash[cc];
-                cash_date_g[l * M + p] = cdate[cc];
+                cash_g[l * M + p] = cash[j];
+                cash_date_g[l * M + p] = cdate[j];
             }
         }
     }
