@@ -45,7 +45,8 @@
 //! the phases add up to more than the wall time. `CVA_GPU_PROFILE=1` also prints them
 //! per piece.
 //!
-//! The fused walk (`CVA_GPU_WALK=1`, [`GpuWalk`]): for an American position it serves,
+//! The fused walk ([`GpuWalk`], the default where it serves; `CVA_GPU_WALK=0` turns it
+//! off): for an American position it serves,
 //! each exposure date's regression steps run as one kernel, one block per outer path
 //! (build, solve and exercise with the states in shared memory), instead of the pipeline
 //! above; the outer paths it flags (a system that fails `L D L^T`'s acceptance test after
@@ -53,7 +54,7 @@
 //! untouched, with the build limited to them.
 //!
 //! Development switches (environment, read at start-up): `CVA_GPU_PROFILE=1` (above),
-//! `CVA_GPU_WALK=1` (the fused walk),
+//! `CVA_GPU_WALK=0` (no fused walk: the pipeline for every position),
 //! `CVA_GPU_PATHS_STREAM=0` (one stream), `CVA_GPU_DOUBLE=<piece>` (that piece launched
 //! twice, for measuring its energy: [`GpuEngine::launches`]), `CVA_GPU_PAYOFF_PLANE=0`
 //! (the low words stored where the payoff plane would replace them).
@@ -121,21 +122,20 @@ struct American<T: GpuReal> {
 }
 
 /// The fused walk's shape for an American position with basis `basis`, or why the
-/// pipeline serves it instead. The walk is a development switch, off by default:
-/// `CVA_GPU_WALK=1` turns it on where it serves the position (f64, the escalating
-/// strategy, the payoff plane, a linear basis and the shapes of [`WalkShape::check`]).
-/// Measured on an H200 (benches/RESULTS.md, forty-eighth session), it is no faster than
-/// the pipeline in `cva run`: 0.118 s against 0.114 s for basket29's 3.6 M regressions
-/// at 100,000 outer paths on one stream, 0.260 s against 0.249 s of wall time with the
-/// path stream beside it.
+/// pipeline serves it instead. The walk serves f64, the escalating strategy, the payoff
+/// plane, a linear basis and the shapes of [`WalkShape::check`]; `CVA_GPU_WALK=0` turns
+/// it off (the pipeline everywhere). Measured on an H200 (benches/RESULTS.md,
+/// forty-ninth session) for basket29 at 100,000 outer paths: 0.100 s against the
+/// pipeline's 0.114 s for the 3.6 M regressions on one stream, 0.246 s against 0.249 s
+/// of wall time with the path stream beside it (at 1,000,000: 2.458 s against 2.620 s).
 fn walk_shape<T: GpuReal>(
     scenario: &Scenario,
     basis: &BasisTables,
     payoff_plane: bool,
 ) -> Result<WalkShape, String> {
     let sim = &scenario.simulation;
-    if std::env::var_os("CVA_GPU_WALK").is_none_or(|v| v != "1") {
-        return Err("off (CVA_GPU_WALK=1 turns it on)".into());
+    if std::env::var_os("CVA_GPU_WALK").is_some_and(|v| v == "0") {
+        return Err("off (CVA_GPU_WALK=0)".into());
     }
     if !T::IS_F64 {
         return Err("f32 precision".into());
