@@ -11,8 +11,9 @@
 //   nvcc -O3 -arch=sm_90 --fmad=false -std=c++17 -I kernels/cuda -I benches \
 //        benches/walk_bench.cu -o wb && ./wb S OUTER TOTAL
 // It prints the seconds per 3.6 M regressions, the regressions per second and the outer
-// paths flagged; with -DWALK_PROF also each warp's cycles per step by phase. Figures:
-// benches/RESULTS.md, "Forty-eighth session".
+// paths flagged, then the last launch's sum of cash flows and a hash of its outputs (to
+// compare kernel variants bit for bit); with -DWALK_PROF also each warp's cycles per step
+// by phase. Figures: benches/RESULTS.md, "Forty-eighth session" and "Forty-ninth session".
 #define WALK_D 29
 #define WALK_M 300
 #define WALK_N 30
@@ -88,6 +89,8 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&reports, (size_t)S * outer * sizeof(WalkReport)));
     CK(cudaMemcpy(disc, df.data(), df.size() * 8, cudaMemcpyHostToDevice));
     CK(cudaMemset(alive, 1, outer));
+    CK(cudaMemset(reports, 0, (size_t)S * outer * sizeof(WalkReport)));
+    CK(cudaMemset(counts, 0, (size_t)S * outer * 4));
     {
         const long long t = outer * S * M;
         bench_fill<<<(unsigned)((t + 255) / 256), 256>>>(st, outer, S);
@@ -143,6 +146,31 @@ int main(int argc, char** argv) {
         const double sec = ms_all * 1e-3, regs = (double)launches * per_launch;
         printf("rep %d: %lld launches, %.0f regressions in %.4f s = %.1f M/s; per 3.6 M %.4f s; flagged %lld\n", rep,
                launches, regs, sec, regs / sec * 1e-6, sec * 3.6e6 / regs, n_flagged);
+    }
+    // The last launch's outputs, to compare kernel variants: the sum of the cash flows, and
+    // an FNV-1a hash of the cash flows, their dates and the counts (then also the
+    // residuals).
+    {
+        std::vector<double> hc(outer * M);
+        std::vector<unsigned> hd(outer * M), hn((size_t)S * outer);
+        std::vector<WalkReport> hr((size_t)S * outer);
+        CK(cudaMemcpy(hc.data(), cash, hc.size() * 8, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(hd.data(), cdate, hd.size() * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(hn.data(), counts, hn.size() * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(hr.data(), reports, hr.size() * sizeof(WalkReport), cudaMemcpyDeviceToHost));
+        unsigned long long h = 1469598103934665603ull;
+        auto mix = [&](const void* p, size_t n) {
+            const unsigned char* c = (const unsigned char*)p;
+            for (size_t i = 0; i < n; ++i) h = (h ^ c[i]) * 1099511628211ull;
+        };
+        mix(hc.data(), hc.size() * 8);
+        mix(hd.data(), hd.size() * 4);
+        mix(hn.data(), hn.size() * 4);
+        const unsigned long long hres = h;
+        for (auto& r : hr) mix(&r.residual, 8);
+        double csum = 0.0;
+        for (double v : hc) csum += v;
+        printf("sum of cash %.17g\nhash cash+dates+counts %016llx, with residuals %016llx\n", csum, hres, h);
     }
     return 0;
 }
