@@ -324,7 +324,7 @@ __device__ __noinline__ WalkGj walk_gj(const double* sg, double rhs, double* sco
 // one warp: with s_i = 1 / sqrt(|a_ii|) (1 where a_ii = 0), the maxima over rows of
 // sum_k |a_ik| and of sum_k |s_i a_ik s_k| (row sums in column order, as residual_check in
 // kernels/src/batch/residual.rs sums them), of |b_i| and of |s_i b_i| into scol[270..274),
-// and t_i = sqrt(|a_ii|) (1 where a_ii = 0) into sT = scol + 240. The walk runs it on the
+// and t_i = sqrt(|a_ii|) (1 where a_ii = 0) into scol[240 + i]. The walk runs it on the
 // warp that does not solve, while the other eliminates.
 __device__ __noinline__ void walk_matrix_norms(const double* sg, double* scol, int lane) {
     const int i = lane;
@@ -374,7 +374,7 @@ __device__ __noinline__ void walk_matrix_norms(const double* sg, double* scol, i
 // >= 1 / thr with the divisions multiplied out (the scaled x as |x_i| t_i, not
 // |x_i / s_i|). The residual reported is r_max / (a_max x_max + b_max) (0 where that is
 // 0). Publishes x in sx = scol + 128 and returns lane i's r_i in *ri_out (the refinement's
-// right-hand side). The CPU mirror: walk_acceptance in kernels/src/gj2.rs.
+// right-hand side). The CPU mirror: gj2_solve_checked in kernels/src/gj2.rs.
 __device__ __noinline__ WalkSolve walk_check(const double* sg, double* scol, double xi, double bi0, bool good,
                                              double tol, double thr, double* ri_out, int lane) {
     const int i = lane;
