@@ -542,8 +542,7 @@ walk_american(const double* __restrict__ states, long long stride, long long c, 
 #endif
     for (int s = steps - 1; s >= 0; --s) {
         const unsigned date = date0 + (unsigned)s;
-        unsigned pt = WALK_PROF_NOW();
-        (void)pt;
+        [[maybe_unused]] unsigned pt = WALK_PROF_NOW();
         // The Gram: this warp's chunks, then warp 1's sums join warp 0's in sg.
         unsigned total = 0;
         double acc[6][4];
