@@ -51,7 +51,16 @@
 #define NCH ((M + 31) / 32)           // chunks of 32 inner paths
 #define NPK (31 * 32 / 2)             // packed lower triangle of the 31 x 31 augmented matrix
 #define SH_WORDS ((M * D + 3) / 4 * 4)  // the high words, padded to 16 bytes
-#define SCOL 274                      // the solver's scratch doubles
+// The solver's scratch (doubles from scol): three buffers of a pivot pair's columns
+// (walk_gj), x (z in walk_gj), the pivot blocks' inverses and their p00 and det (walk_gj),
+// t_i = sqrt(|a_ii|) and the four maxima of walk_matrix_norms.
+#define WALK_SC 0
+#define WALK_SX 192
+#define WALK_SD 224
+#define WALK_SP 272
+#define WALK_ST 304
+#define WALK_SMAX 334
+#define SCOL 338
 #define WALK_DISC 64                  // discount factors held in shared memory
 #define WALK_SMEM_BYTES (SH_WORDS * 4 + M * 8 + M * 8 + NPK * 8 + 32 * 8 + SCOL * 8 + 16 + NCH * 8 + WALK_DISC * 8)
 
@@ -231,14 +240,35 @@ struct WalkSolve {
 // The elimination of the system in sg (packed lower triangle of the n x n A; not changed)
 // with right-hand side rhs (lane i's entry) on one warp: L D L^T by 2 x 2 pivot blocks in
 // Gauss-Jordan form. Lane i holds row i of [A rhs] (a[0..N]); returns x_i (0 for lanes
-// i >= N) and whether every pivot (p00 and det) was positive. Scratch: scol[0..128)
-// (two buffers of the pair's two columns, entry N the pair's right-hand sides),
-// sD = scol + 160 (the blocks' inverses, 3 per block), sP = scol + 208 (the blocks' p00
-// and det), sx = scol + 128 (z).
+// i >= N) and whether every pivot (p00 and det) was positive. Scratch (WALK_S* offsets in
+// scol): three buffers of a pivot pair's two columns (entry N the pair's right-hand sides),
+// the blocks' inverses (3 per block), their p00 and det, and z.
+//
+// The steps are software-pipelined: once pair t's look-ahead columns (the next pair's)
+// are stored, the next pair's pivot block, determinant and reciprocal are formed before
+// pair t's trailing update, so that update's multiply-adds fill the reciprocal's latency
+// instead of lengthening the chain from one pivot to the next. Pair t's trailing update
+// still reads pair t's columns while pair t + 1's look-ahead writes pair t + 2's: hence
+// three buffers (pair t's in buffer t mod 3). Every entry gets the same operations in the
+// same order as before (the mirror kernels/src/gj2.rs is unchanged).
 struct WalkGj {
     double xi;
     bool good;
 };
+// Pair J / 2's pivot block from its column buffer c0 (c1 = c0 + 32): p00, p01, p11, det
+// and rdet = 1 / det.
+struct WalkPivot {
+    double p00, p01, p11, det, rdet;
+};
+__device__ __forceinline__ WalkPivot walk_pivot(const double* c0, int J) {
+    WalkPivot p;
+    p.p00 = c0[J];
+    p.p01 = c0[J + 1];
+    p.p11 = c0[32 + J + 1];
+    p.det = fma(p.p00, p.p11, -(p.p01 * p.p01));
+    p.rdet = walk_rcp(p.det);
+    return p;
+}
 __device__ __noinline__ WalkGj walk_gj(const double* sg, double rhs, double* scol, int lane) {
     const int i = lane;
     bool good = true;
@@ -252,24 +282,24 @@ __device__ __noinline__ WalkGj walk_gj(const double* sg, double rhs, double* sco
     __syncwarp();
     // The first pivot pair's columns, their entry N the pair's right-hand sides.
     if (row) {
-        scol[i] = a[0];
-        scol[32 + i] = a[1];
+        scol[WALK_SC + i] = a[0];
+        scol[WALK_SC + 32 + i] = a[1];
     }
-    if (i == 0) scol[N] = a[N];
-    if (i == 1) scol[32 + N] = a[N];
+    if (i == 0) scol[WALK_SC + N] = a[N];
+    if (i == 1) scol[WALK_SC + 32 + N] = a[N];
     __syncwarp();
-    double* const sx = scol + 128;
-    double* const sD = scol + 160;
-    double* const sP = scol + 208;
+    double* const sx = scol + WALK_SX;
+    double* const sD = scol + WALK_SD;
+    double* const sP = scol + WALK_SP;
+    WalkPivot pv = walk_pivot(scol + WALK_SC, 0);
 #pragma unroll
     for (int t = 0; t < N / 2; ++t) {
         const int J = 2 * t;
-        const double* c0 = scol + 64 * (t & 1);
+        const double* c0 = scol + WALK_SC + 64 * (t % 3);
         const double* c1 = c0 + 32;
-        double* n0 = scol + 64 * ((t + 1) & 1);
+        double* n0 = scol + WALK_SC + 64 * ((t + 1) % 3);
         double* n1 = n0 + 32;
-        const double p00 = c0[J], p01 = c0[J + 1], p11 = c1[J + 1];
-        const double det = fma(p00, p11, -(p01 * p01));
+        const double p00 = pv.p00, p01 = pv.p01, p11 = pv.p11, det = pv.det, rdet = pv.rdet;
         good = good && p00 > 0.0 && det > 0.0;
         const bool below = row && (i < J || i > J + 1);
         const double u0 = a[J], u1 = a[J + 1];
@@ -277,7 +307,6 @@ __device__ __noinline__ WalkGj walk_gj(const double* sg, double rhs, double* sco
         const double t0 = u1 * p01, t1 = u0 * p01;
         const double m0 = below ? fma(u0, p11, -t0) - fma(u1, p01, -t0) : 0.0;
         const double m1 = below ? fma(u1, p00, -t1) - fma(u0, p01, -t1) : 0.0;
-        const double rdet = walk_rcp(det);
         const double l0 = m0 * rdet, l1 = m1 * rdet;
         if (J + 2 < N) {
             // The look-ahead columns (the next pair's and the right-hand side) first.
@@ -293,6 +322,9 @@ __device__ __noinline__ WalkGj walk_gj(const double* sg, double rhs, double* sco
             }
             if (i == J + 2) n0[N] = a[N];
             if (i == J + 3) n1[N] = a[N];
+            __syncwarp();
+            // The next pair's pivot block and reciprocal, ahead of this pair's trailing update.
+            pv = walk_pivot(n0, J + 2);
         } else {
             a[N] = fma(-l1, c1[N], fma(-l0, c0[N], a[N]));  // the last pair: the rows above it
         }
@@ -305,7 +337,6 @@ __device__ __noinline__ WalkGj walk_gj(const double* sg, double rhs, double* sco
             sP[2 * t] = p00;
             sP[2 * t + 1] = det;
         }
-        __syncwarp();
     }
     // x = D^-1 z by the pivot blocks' inverses (z = a[N]).
     if (row) sx[i] = a[N];
@@ -323,8 +354,8 @@ __device__ __noinline__ WalkGj walk_gj(const double* sg, double rhs, double* sco
 // The parts of the acceptance test that depend on A and b alone, for the system in sg, on
 // one warp: with s_i = 1 / sqrt(|a_ii|) (1 where a_ii = 0), the maxima over rows of
 // sum_k |a_ik| and of sum_k |s_i a_ik s_k| (row sums in column order, as residual_check in
-// kernels/src/batch/residual.rs sums them), of |b_i| and of |s_i b_i| into scol[270..274),
-// and t_i = sqrt(|a_ii|) (1 where a_ii = 0) into scol[240 + i]. The walk runs it on the
+// kernels/src/batch/residual.rs sums them), of |b_i| and of |s_i b_i| into scol[WALK_SMAX ..
+// + 4), and t_i = sqrt(|a_ii|) (1 where a_ii = 0) into scol[WALK_ST + i]. The walk runs it on the
 // warp that does not solve, while the other eliminates.
 __device__ __noinline__ void walk_matrix_norms(const double* sg, double* scol, int lane) {
     const int i = lane;
@@ -333,7 +364,7 @@ __device__ __noinline__ void walk_matrix_norms(const double* sg, double* scol, i
     if (row) {
         const double dii = fabs(sg[i * (i + 1) / 2 + i]);
         si = dii > 0.0 ? 1.0 / sqrt(dii) : 1.0;
-        scol[240 + i] = dii > 0.0 ? sqrt(dii) : 1.0;
+        scol[WALK_ST + i] = dii > 0.0 ? sqrt(dii) : 1.0;
     }
     double rsum = 0.0, srow = 0.0;
 #pragma unroll
@@ -354,16 +385,16 @@ __device__ __noinline__ void walk_matrix_norms(const double* sg, double* scol, i
         sb_max = fmax(sb_max, __shfl_xor_sync(0xffffffffu, sb_max, o));
     }
     if (lane == 0) {
-        scol[270] = a_max;
-        scol[271] = sa_max;
-        scol[272] = b_max;
-        scol[273] = sb_max;
+        scol[WALK_SMAX] = a_max;
+        scol[WALK_SMAX + 1] = sa_max;
+        scol[WALK_SMAX + 2] = b_max;
+        scol[WALK_SMAX + 3] = sb_max;
     }
     __syncwarp();
 }
 
 // The acceptance test of level 0 of the escalating strategy, in product form (no division
-// on its path), for x (lane i's x_i) with the pivots of the last walk_gj (sP = scol + 208),
+// on its path), for x (lane i's x_i) with the pivots of the last walk_gj (sP = scol + WALK_SP),
 // good, and walk_matrix_norms's results. With the residual r_i = b_i - (A x)_i, (A x)_i
 // summed as (sum over even k) + (sum over odd k), each in column order from 0:
 //   bad      = some r_i is NaN or some x_i is not finite (rejected, residual NaN);
@@ -373,14 +404,14 @@ __device__ __noinline__ void walk_matrix_norms(const double* sg, double* scol, i
 // These are residual_check's relative residual <= tol, growth <= thr and pivot ratio
 // >= 1 / thr with the divisions multiplied out (the scaled x as |x_i| t_i, not
 // |x_i / s_i|). The residual reported is r_max / (a_max x_max + b_max) (0 where that is
-// 0). Publishes x in sx = scol + 128 and returns lane i's r_i in *ri_out (the refinement's
+// 0). Publishes x in sx = scol + WALK_SX and returns lane i's r_i in *ri_out (the refinement's
 // right-hand side). The CPU mirror: gj2_solve_checked in kernels/src/gj2.rs.
 __device__ __noinline__ WalkSolve walk_check(const double* sg, double* scol, double xi, double bi0, bool good,
                                              double tol, double thr, double* ri_out, int lane) {
     const int i = lane;
     const bool row = i < N;
-    double* const sx = scol + 128;
-    const double* const sP = scol + 208;
+    double* const sx = scol + WALK_SX;
+    const double* const sP = scol + WALK_SP;
     if (row) sx[i] = xi;
     __syncwarp();
     bool ill = false;
@@ -390,7 +421,7 @@ __device__ __noinline__ WalkSolve walk_check(const double* sg, double* scol, dou
         const double p00 = sP[2 * t];
         const double aii = sg[i * (i + 1) / 2 + i];
         ill = (i & 1) ? sP[2 * t + 1] * thr < aii * p00 : p00 * thr < aii;
-        ti = scol[240 + i];
+        ti = scol[WALK_ST + i];
     }
     double acc0 = 0.0, acc1 = 0.0;
 #pragma unroll
@@ -398,7 +429,8 @@ __device__ __noinline__ WalkSolve walk_check(const double* sg, double* scol, dou
         acc0 = acc0 + walk_entry(sg, i, k) * sx[k];
         acc1 = acc1 + walk_entry(sg, i, k + 1) * sx[k + 1];
     }
-    const double a_max = scol[270], sa_max = scol[271], b_max = scol[272], sb_max = scol[273];
+    const double a_max = scol[WALK_SMAX], sa_max = scol[WALK_SMAX + 1], b_max = scol[WALK_SMAX + 2],
+                 sb_max = scol[WALK_SMAX + 3];
     __syncwarp();  // sx is read: a refinement may overwrite it
     const double rs = bi0 - (acc0 + acc1);
     *ri_out = rs;
@@ -430,7 +462,7 @@ __device__ __noinline__ WalkSolve walk_check(const double* sg, double* scol, dou
 // warp: walk_gj, walk_check; where the test fails with positive pivots, one step of
 // iterative refinement in the working precision (x += the solve of A d = b - A x: the
 // elimination is not backward stable as L D L^T's substitutions are, and one step of
-// refinement makes up for it, Skeel 1980) and the test again. x goes to sx = scol + 128
+// refinement makes up for it, Skeel 1980) and the test again. x goes to sx = scol + WALK_SX
 // (SCOL doubles of scratch). walk_matrix_norms must have run on sg first: with
 // norms_barrier, on the block's other warp, which arrives at named barrier 1 when done
 // (the walk); without, on this warp before the call. Every lane returns the same outcome.
@@ -445,7 +477,7 @@ __device__ __noinline__ WalkSolve walk_solve(const double* sg, double* scol, dou
         xi = xi + walk_gj(sg, ri, scol, lane).xi;
         out = walk_check(sg, scol, xi, bi0, first.good, tol, thr, &ri, lane);
     }
-    if (lane < N) scol[128 + lane] = xi;
+    if (lane < N) scol[WALK_SX + lane] = xi;
     __syncwarp();
     return out;
 }
@@ -592,7 +624,7 @@ walk_american(const double* __restrict__ states, long long stride, long long c, 
                 mean = sum / (double)total;
             }
             mean = __shfl_sync(0xffffffffu, mean, 0);
-            if (lane < N) sb[lane] = ok ? scol[128 + lane] : (lane == 0 ? mean : 0.0);
+            if (lane < N) sb[lane] = ok ? scol[WALK_SX + lane] : (lane == 0 ? mean : 0.0);
             if (lane == 0) {
                 counts[(long long)s * c + l] = total;
                 if (selected) reports[(long long)s * c + l] = WalkReport{residual, 0u, ok ? 0u : 2u};
@@ -706,7 +738,7 @@ extern "C" __global__ void __launch_bounds__(32) walk_solve_batch(const double* 
     __syncwarp();
     walk_matrix_norms(sg, scol, lane);
     const WalkSolve r = walk_solve(sg, scol, tol, thr, false, lane);
-    if (lane < N) x[s * N + lane] = scol[128 + lane];
+    if (lane < N) x[s * N + lane] = scol[WALK_SX + lane];
     if (lane == 0) {
         out[4 * s] = r.accepted ? 1.0 : 0.0;
         out[4 * s + 1] = r.residual;
