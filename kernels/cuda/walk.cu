@@ -52,7 +52,8 @@
 #define NPK (31 * 32 / 2)             // packed lower triangle of the 31 x 31 augmented matrix
 #define SH_WORDS ((M * D + 3) / 4 * 4)  // the high words, padded to 16 bytes
 // The solver's scratch (doubles from scol): three buffers of a pivot pair's columns
-// (walk_gj), x (z in walk_gj), the pivot blocks' inverses and their p00 and det (walk_gj),
+// (walk_gj), x (z in walk_gj), the pivot blocks' p01, p11 and 1 / det, and their p00 and det
+// (walk_gj),
 // t_i = sqrt(|a_ii|) and the four maxima of walk_matrix_norms.
 #define WALK_SC 0
 #define WALK_SX 192
@@ -231,6 +232,18 @@ __device__ __forceinline__ double walk_entry(const double* sg, int i, int k) {
     return i < N ? sg[r * (r + 1) / 2 + cc] : 0.0;
 }
 
+// The maximum over the warp of v, where every lane's v is a non-negative number (+0 to
+// +inf, no NaN): the largest high word, then the largest low word among the lanes that
+// hold it (for such doubles the order of the bits is the order of the values), by two
+// warp reductions instead of five shuffle-and-fmax steps. It equals the fmax of all the
+// lanes' values.
+__device__ __forceinline__ double walk_max_nonneg(double v) {
+    const unsigned hi = (unsigned)__double2hiint(v), lo = (unsigned)__double2loint(v);
+    const unsigned hmax = __reduce_max_sync(0xffffffffu, hi);
+    const unsigned lmax = __reduce_max_sync(0xffffffffu, hi == hmax ? lo : 0u);
+    return __hiloint2double((int)hmax, (int)lmax);
+}
+
 // The outcome of one solve.
 struct WalkSolve {
     bool accepted;
@@ -242,7 +255,7 @@ struct WalkSolve {
 // Gauss-Jordan form. Lane i holds row i of [A rhs] (a[0..N]); returns x_i (0 for lanes
 // i >= N) and whether every pivot (p00 and det) was positive. Scratch (WALK_S* offsets in
 // scol): three buffers of a pivot pair's two columns (entry N the pair's right-hand sides),
-// the blocks' inverses (3 per block), their p00 and det, and z.
+// the blocks' p01, p11 and 1 / det, their p00 and det, and z.
 //
 // The steps are software-pipelined: once pair t's look-ahead columns (the next pair's)
 // are stored, the next pair's pivot block, determinant and reciprocal are formed before
@@ -271,7 +284,6 @@ __device__ __forceinline__ WalkPivot walk_pivot(const double* c0, int J) {
 }
 __device__ __noinline__ WalkGj walk_gj(const double* sg, double rhs, double* scol, int lane) {
     const int i = lane;
-    bool good = true;
     const bool row = i < N;
     double a[N + 1];
 #pragma unroll
@@ -300,7 +312,6 @@ __device__ __noinline__ WalkGj walk_gj(const double* sg, double rhs, double* sco
         double* n0 = scol + WALK_SC + 64 * ((t + 1) % 3);
         double* n1 = n0 + 32;
         const double p00 = pv.p00, p01 = pv.p01, p11 = pv.p11, det = pv.det, rdet = pv.rdet;
-        good = good && p00 > 0.0 && det > 0.0;
         const bool below = row && (i < J || i > J + 1);
         const double u0 = a[J], u1 = a[J + 1];
         // m = adj(P) u by Kahan's difference of products; l = m / det.
@@ -330,23 +341,31 @@ __device__ __noinline__ WalkGj walk_gj(const double* sg, double rhs, double* sco
         }
 #pragma unroll
         for (int k = J + 4; k < N; ++k) a[k] = fma(-l1, c1[k], fma(-l0, c0[k], a[k]));
+        // The pair's pivot block for the end (no arithmetic here: off the pivot chain).
         if (i == 0) {
-            sD[3 * t] = p11 * rdet;
-            sD[3 * t + 1] = -p01 * rdet;
-            sD[3 * t + 2] = p00 * rdet;
+            sD[3 * t] = p01;
+            sD[3 * t + 1] = p11;
+            sD[3 * t + 2] = rdet;
             sP[2 * t] = p00;
             sP[2 * t + 1] = det;
         }
     }
-    // x = D^-1 z by the pivot blocks' inverses (z = a[N]).
+    // x = D^-1 z by the pivot blocks' inverses (z = a[N]): lane i forms the two entries of
+    // its block's row, p11 / det and -p01 / det or -p01 / det and p00 / det (as products
+    // with rdet); every pivot (p00 and det) positive: good.
     if (row) sx[i] = a[N];
     __syncwarp();
     double xi = 0.0;
+    bool bad_pivot = false;
     if (row) {
         const int t = i >> 1, J = 2 * t;
         const double z0 = sx[J], z1 = sx[J + 1];
-        xi = (i & 1) ? fma(sD[3 * t + 1], z0, sD[3 * t + 2] * z1) : fma(sD[3 * t], z0, sD[3 * t + 1] * z1);
+        const double p01 = sD[3 * t], p11 = sD[3 * t + 1], rdet = sD[3 * t + 2], p00 = sP[2 * t];
+        const double m01 = -p01 * rdet;
+        xi = (i & 1) ? fma(m01, z0, (p00 * rdet) * z1) : fma(p11 * rdet, z0, m01 * z1);
+        bad_pivot = !(sP[i] > 0.0);
     }
+    const bool good = __ballot_sync(0xffffffffu, bad_pivot) == 0u;
     __syncwarp();
     return {xi, good};
 }
@@ -437,13 +456,9 @@ __device__ __noinline__ WalkSolve walk_check(const double* sg, double* scol, dou
     const double ri = fabs(rs);
     // Lanes past N contribute zeros to the maxima.
     const bool bad = row && (ri != ri || !(fabs(xi) <= 1.7976931348623157e308));
-    double r_max = row ? ri : 0.0, x_max = row ? fabs(xi) : 0.0, sx_max = row ? fabs(xi) * ti : 0.0;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        r_max = fmax(r_max, __shfl_xor_sync(0xffffffffu, r_max, o));
-        x_max = fmax(x_max, __shfl_xor_sync(0xffffffffu, x_max, o));
-        sx_max = fmax(sx_max, __shfl_xor_sync(0xffffffffu, sx_max, o));
-    }
+    // (Where no lane is bad, every term is a non-negative number: walk_max_nonneg.)
+    const double r_max = walk_max_nonneg(row ? ri : 0.0), x_max = walk_max_nonneg(row ? fabs(xi) : 0.0),
+                 sx_max = walk_max_nonneg(row ? fabs(xi) * ti : 0.0);
     const bool any_bad = __ballot_sync(0xffffffffu, bad) != 0u;
     const bool any_ill = __ballot_sync(0xffffffffu, ill) != 0u;
     WalkSolve out;
