@@ -52,9 +52,8 @@
 #define NPK (31 * 32 / 2)             // packed lower triangle of the 31 x 31 augmented matrix
 #define SH_WORDS ((M * D + 3) / 4 * 4)  // the high words, padded to 16 bytes
 // The solver's scratch (doubles from scol): three buffers of a pivot pair's columns
-// (walk_gj), x (z in walk_gj), the pivot blocks' p01, p11 and 1 / det, and their p00 and det
-// (walk_gj),
-// t_i = sqrt(|a_ii|) and the four maxima of walk_matrix_norms.
+// (walk_gj), x (z in walk_gj), the pivot blocks' p01, p11 and 1 / det, their p00 and det
+// (walk_gj), t_i = sqrt(|a_ii|) and the four maxima of walk_matrix_norms.
 #define WALK_SC 0
 #define WALK_SX 192
 #define WALK_SD 224
@@ -373,9 +372,10 @@ __device__ __noinline__ WalkGj walk_gj(const double* sg, double rhs, double* sco
 // The parts of the acceptance test that depend on A and b alone, for the system in sg, on
 // one warp: with s_i = 1 / sqrt(|a_ii|) (1 where a_ii = 0), the maxima over rows of
 // sum_k |a_ik| and of sum_k |s_i a_ik s_k| (row sums in column order, as residual_check in
-// kernels/src/batch/residual.rs sums them), of |b_i| and of |s_i b_i| into scol[WALK_SMAX ..
-// + 4), and t_i = sqrt(|a_ii|) (1 where a_ii = 0) into scol[WALK_ST + i]. The walk runs it on the
-// warp that does not solve, while the other eliminates.
+// kernels/src/batch/residual.rs sums them), of |b_i| and of |s_i b_i| into
+// scol[WALK_SMAX .. WALK_SMAX + 4), and t_i = sqrt(|a_ii|) (1 where a_ii = 0) into
+// scol[WALK_ST + i]. The walk runs it on the warp that does not solve, while the other
+// eliminates.
 __device__ __noinline__ void walk_matrix_norms(const double* sg, double* scol, int lane) {
     const int i = lane;
     const bool row = i < N;
