@@ -62,7 +62,7 @@ def read_listing(path, label, at):
         k += 1
     if at is not None:
         out = [i for i in out if i[0] >= at]
-    end = next((n for n, i in enumerate(out) if i[1].split()[-1].startswith("RET") or " RET" in " " + i[1]), None)
+    end = next((n for n, i in enumerate(out) if opcode(i[1]).startswith("RET")), None)
     return out if end is None else out[: end + 1]
 
 
