@@ -4,8 +4,10 @@
 // maturity back to the first after the exposure date, with the date's states in shared
 // memory, the cash flows in registers and the discounted cash flows y in shared memory.
 // Per step: the Gram [Psi y]^T [Psi y] of the entering inner paths on the FP64 tensor
-// cores (the pipeline build's fragments, regression.cu with TC_K 8; the two warps' partial
-// sums joined, so A and b are not the pipeline's bits), scaled by 1 / count; the solve by
+// cores (the pipeline build's fragments, regression.cu with TC_K 8, but 5 blocks of 16 x 8
+// per 8 paths that cover the Gram up to symmetry instead of the 6 of its lower triangle:
+// walk_lower_blocks; the two warps' partial sums joined, so A and b are not the
+// pipeline's bits), scaled by 1 / count; the solve by
 // walk_solve (below); the exercise update; the copies of the next date's states, issued
 // as the exercise frees each chunk (TMA bulk copies on one mbarrier per chunk).
 //
@@ -120,24 +122,28 @@ __device__ __forceinline__ void walk_issue_chunk(unsigned* sh, double* sp, const
 
 // ---- The Gram on the FP64 tensor cores ----
 
-// The 6 blocks of 16 x 8 that cover the lower [Psi y]^T [Psi y] (rows 16 R.., columns
-// 8 J.., J <= 2 R + 1): f(R, J, k) for block k = 0..5 in that order.
+// The 5 blocks of 16 x 8 that cover [Psi y]^T [Psi y] up to symmetry: block k takes the
+// rows of the 8-row groups ra and rb against the columns of group J, (ra rb J) = (0 2 0),
+// (1 3 1), (2 1 2), (3 2 3), (1 3 0), so every pair of groups appears once (the diagonal
+// groups' 8 x 8 blocks whole, of which the lower triangle is kept). f(ra, rb, J, k).
+#define WALK_NT 5
 template <typename F>
 __device__ __forceinline__ void walk_lower_blocks(F f) {
-    int k = 0;
-#pragma unroll
-    for (int R = 0; R < 2; ++R)
-#pragma unroll
-        for (int J = 0; J < 4 && J <= 2 * R + 1; ++J, ++k) f(R, J, k);
+    f(0, 2, 0, 0);
+    f(1, 3, 1, 1);
+    f(2, 1, 2, 2);
+    f(3, 2, 3, 3);
+    f(1, 3, 0, 4);
 }
 
-// This lane's 4 entries of each block in the MMA accumulator layout: f(k, e, row, col).
+// This lane's 4 entries of each block in the MMA accumulator layout: f(k, e, row, col)
+// (row and column of the block, which may lie above the diagonal).
 template <typename F>
 __device__ __forceinline__ void walk_lane_entries(int lane, F f) {
     const int g = lane >> 2, q = lane & 3;
-    walk_lower_blocks([&](int R, int J, int k) {
+    walk_lower_blocks([&](int ra, int rb, int J, int k) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) f(k, e, 16 * R + g + 8 * (e >> 1), 8 * J + 2 * q + (e & 1));
+        for (int e = 0; e < 4; ++e) f(k, e, 8 * (e < 2 ? ra : rb) + g, 8 * J + 2 * q + (e & 1));
     });
 }
 
@@ -159,7 +165,7 @@ __device__ __forceinline__ double walk_feature(const unsigned* row, int col) {
 // One chunk's groups of 8 paths (NG of them) into acc: the paths of mask, rows hb[p * D ..],
 // y_p = yb[p]. Groups with no entering path add zeros (no branch: one basic block).
 template <int NG>
-__device__ __forceinline__ void walk_build_groups(double (&acc)[6][4], const unsigned* hb, unsigned mask,
+__device__ __forceinline__ void walk_build_groups(double (&acc)[WALK_NT][4], const unsigned* hb, unsigned mask,
                                                   const double* yb, int lane) {
     const int g = lane >> 2, q = lane & 3;
 #pragma unroll
@@ -184,15 +190,15 @@ __device__ __forceinline__ void walk_build_groups(double (&acc)[6][4], const uns
             }
         }
 #ifdef __CUDA_ARCH__  // (nvcc's host pass of benches/walk_bench.cu has no mma)
-        walk_lower_blocks([&](int R, int J, int k) {
-            mma_m16n8k8_f64(acc[k], v[2 * R][0], v[2 * R + 1][0], v[2 * R][1], v[2 * R + 1][1], v[J][0], v[J][1]);
+        walk_lower_blocks([&](int ra, int rb, int J, int k) {
+            mma_m16n8k8_f64(acc[k], v[ra][0], v[rb][0], v[ra][1], v[rb][1], v[J][0], v[J][1]);
         });
 #endif
     }
 }
 
 // One chunk (np paths): its entering paths counted into total, their products into acc.
-__device__ __forceinline__ void walk_build_chunk(double (&acc)[6][4], unsigned& total, const unsigned* hb,
+__device__ __forceinline__ void walk_build_chunk(double (&acc)[WALK_NT][4], unsigned& total, const unsigned* hb,
                                                  const double* pb, const double* yb, int np, int lane) {
     const bool f = lane < np && (!WALK_ITM || pb[lane] > 0.0);
     const unsigned mask = __ballot_sync(0xffffffffu, f);
@@ -207,9 +213,13 @@ __device__ __forceinline__ void walk_build_chunk(double (&acc)[6][4], unsigned& 
 
 // One pass over this lane's entries (the packed lower triangle of the augmented matrix in
 // sg, b in row N): op 0 stores acc, 3 stores (acc + sg) * inv.
-__device__ __forceinline__ void walk_gram_pass(double (&acc)[6][4], double* sg, int lane, int op, double inv) {
-    walk_lane_entries(lane, [&](int k, int e, int r, int cc) {
-        if (r <= N && cc <= r && cc < N) {
+__device__ __forceinline__ void walk_gram_pass(double (&acc)[WALK_NT][4], double* sg, int lane, int op, double inv) {
+    walk_lane_entries(lane, [&](int k, int e, int r0, int c0) {
+        // Entry (r0, c0) of a block in a diagonal group: kept below the diagonal; in an
+        // off-diagonal one: stored at (max, min).
+        const bool same = (r0 >> 3) == (c0 >> 3);
+        const int r = max(r0, c0), cc = min(r0, c0);
+        if (r <= N && cc < N && (!same || r0 >= c0)) {
             double* t = sg + r * (r + 1) / 2 + cc;
             if (op == 0)
                 *t = acc[k][e];
@@ -592,9 +602,9 @@ walk_american(const double* __restrict__ states, long long stride, long long c, 
         [[maybe_unused]] unsigned pt = WALK_PROF_NOW();
         // The Gram: this warp's chunks, then warp 1's sums join warp 0's in sg.
         unsigned total = 0;
-        double acc[6][4];
+        double acc[WALK_NT][4];
 #pragma unroll
-        for (int k = 0; k < 6; ++k) acc[k][0] = acc[k][1] = acc[k][2] = acc[k][3] = 0.0;
+        for (int k = 0; k < WALK_NT; ++k) acc[k][0] = acc[k][1] = acc[k][2] = acc[k][3] = 0.0;
 #pragma unroll 1
         for (int cc = w; cc < NCH; cc += 2) {
             walk_mbar_wait(mb + cc, (steps - 1 - s) & 1);
