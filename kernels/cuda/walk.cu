@@ -6,7 +6,7 @@
 // Per step: the Gram [Psi y]^T [Psi y] of the entering inner paths on the FP64 tensor
 // cores (the pipeline build's fragments, regression.cu with TC_K 8, but 5 blocks of 16 x 8
 // per 8 paths that cover the Gram up to symmetry instead of the 6 of its lower triangle:
-// walk_lower_blocks; the two warps' partial sums joined, so A and b are not the
+// walk_gram_blocks; the two warps' partial sums joined, so A and b are not the
 // pipeline's bits), scaled by 1 / count; the solve by
 // walk_solve (below); the exercise update; the copies of the next date's states, issued
 // as the exercise frees each chunk (TMA bulk copies on one mbarrier per chunk).
@@ -128,7 +128,7 @@ __device__ __forceinline__ void walk_issue_chunk(unsigned* sh, double* sp, const
 // groups' 8 x 8 blocks whole, of which the lower triangle is kept). f(ra, rb, J, k).
 #define WALK_NT 5
 template <typename F>
-__device__ __forceinline__ void walk_lower_blocks(F f) {
+__device__ __forceinline__ void walk_gram_blocks(F f) {
     f(0, 2, 0, 0);
     f(1, 3, 1, 1);
     f(2, 1, 2, 2);
@@ -141,7 +141,7 @@ __device__ __forceinline__ void walk_lower_blocks(F f) {
 template <typename F>
 __device__ __forceinline__ void walk_lane_entries(int lane, F f) {
     const int g = lane >> 2, q = lane & 3;
-    walk_lower_blocks([&](int ra, int rb, int J, int k) {
+    walk_gram_blocks([&](int ra, int rb, int J, int k) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) f(k, e, 8 * (e < 2 ? ra : rb) + g, 8 * J + 2 * q + (e & 1));
     });
@@ -190,7 +190,7 @@ __device__ __forceinline__ void walk_build_groups(double (&acc)[WALK_NT][4], con
             }
         }
 #ifdef __CUDA_ARCH__  // (nvcc's host pass of benches/walk_bench.cu has no mma)
-        walk_lower_blocks([&](int ra, int rb, int J, int k) {
+        walk_gram_blocks([&](int ra, int rb, int J, int k) {
             mma_m16n8k8_f64(acc[k], v[ra][0], v[rb][0], v[ra][1], v[rb][1], v[J][0], v[J][1]);
         });
 #endif
