@@ -23,9 +23,10 @@ Limits: no other warp (no contention for the FP64 / tensor pipe, the issue slot 
 memory), fixed latencies, branches taken straight through (both sides of an if are
 counted). It ranks variants of a serial chain on one warp; it does not predict a
 kernel's time. In the fiftieth session it was right about walk_gj's software pipelining
-(model 5.1k -> 3.9k cycles, measured 4.3% per step) and the acceptance test's maxima,
-and wrong about changes to phases that both warps run beside other blocks (the exercise,
-the copies).
+(model 5.1k -> 3.9k cycles, measured 4.3% per step) and the acceptance test's maxima; it
+credited two other changes on the solving warp's chain that measured nothing, and it was
+wrong about changes to phases that both warps run beside other blocks (the exercise, the
+copies).
 """
 
 import argparse
