@@ -21,7 +21,8 @@
 // kernels/src/batch/residual.rs, with the divisions multiplied out and (A x)_i summed in
 // two halves: walk_check). The elimination is not backward stable as L D L^T's
 // substitutions are, so a system that fails the test with positive pivots gets one step of
-// iterative refinement in the working precision and the test again. Its CPU mirror is
+// iterative refinement in the working precision and the test again; the refinement's
+// solve reuses the elimination's numerators (walk_resolve). Its CPU mirror is
 // kernels/src/gj2.rs (bitwise, with the correctly rounded reciprocal rcp_rn_fast_f64).
 // A system that still fails the test flags its
 // outer path: the walk then writes no cash flows for it, and the engine runs the outer
@@ -64,7 +65,8 @@
 #define WALK_SMAX 334
 #define SCOL 338
 #define WALK_DISC 64                  // discount factors held in shared memory
-#define WALK_SMEM_BYTES (SH_WORDS * 4 + M * 8 + M * 8 + NPK * 8 + 32 * 8 + SCOL * 8 + 16 + NCH * 8 + WALK_DISC * 8)
+#define WALK_SMUL (N / 2 * 64)           // walk_gj's numerators m0, m1 per pivot pair and lane (walk_resolve)
+#define WALK_SMEM_BYTES (SH_WORDS * 4 + M * 8 + M * 8 + NPK * 8 + 32 * 8 + SCOL * 8 + 16 + NCH * 8 + WALK_DISC * 8 + WALK_SMUL * 8)
 
 #if N % 2 != 0 || N > 30 || N < 2
 #error "the walk takes an even basis size 2 <= n <= 30"
@@ -211,21 +213,31 @@ __device__ __forceinline__ void walk_build_chunk(double (&acc)[WALK_NT][4], unsi
     walk_build_groups<4>(acc, hb, mask, yb, lane);
 }
 
-// One pass over this lane's entries (the packed lower triangle of the augmented matrix in
-// sg, b in row N): op 0 stores acc, 3 stores (acc + sg) * inv.
+// Where entry (r0, c0) of this lane's block k goes in the packed lower triangle of the
+// augmented matrix (b in row N), or -1 for none: an entry of a block in a diagonal group is
+// kept below the diagonal, one in an off-diagonal group is stored at (max, min).
+__device__ __forceinline__ int walk_packed_index(int r0, int c0) {
+    const bool same = (r0 >> 3) == (c0 >> 3);
+    const int r = max(r0, c0), cc = min(r0, c0);
+    return r <= N && cc < N && (!same || r0 >= c0) ? r * (r + 1) / 2 + cc : -1;
+}
+
+// One pass over this lane's entries of the packed Gram sg: op 0 stores acc, 3 stores
+// (acc + sg) * inv. Op 3 reads all of its entries before it stores any: as far as the
+// compiler knows a store may alias a later load, so a pass of load-add-store per entry
+// runs as 20 round trips in sequence (1.6k cycles per step on the solving warp's chain
+// in the fifty-first session's profile; 0.9k this way).
 __device__ __forceinline__ void walk_gram_pass(double (&acc)[WALK_NT][4], double* sg, int lane, int op, double inv) {
+    double old[WALK_NT][4];
+    if (op == 3) {
+        walk_lane_entries(lane, [&](int k, int e, int r0, int c0) {
+            const int t = walk_packed_index(r0, c0);
+            old[k][e] = t >= 0 ? sg[t] : 0.0;
+        });
+    }
     walk_lane_entries(lane, [&](int k, int e, int r0, int c0) {
-        // Entry (r0, c0) of a block in a diagonal group: kept below the diagonal; in an
-        // off-diagonal one: stored at (max, min).
-        const bool same = (r0 >> 3) == (c0 >> 3);
-        const int r = max(r0, c0), cc = min(r0, c0);
-        if (r <= N && cc < N && (!same || r0 >= c0)) {
-            double* t = sg + r * (r + 1) / 2 + cc;
-            if (op == 0)
-                *t = acc[k][e];
-            else
-                *t = (acc[k][e] + *t) * inv;
-        }
+        const int t = walk_packed_index(r0, c0);
+        if (t >= 0) sg[t] = op == 0 ? acc[k][e] : (acc[k][e] + old[k][e]) * inv;
     });
 }
 
@@ -264,7 +276,9 @@ struct WalkSolve {
 // Gauss-Jordan form. Lane i holds row i of [A rhs] (a[0..N]); returns x_i (0 for lanes
 // i >= N) and whether every pivot (p00 and det) was positive. Scratch (WALK_S* offsets in
 // scol): three buffers of a pivot pair's two columns (entry N the pair's right-hand sides),
-// the blocks' p01, p11 and 1 / det, their p00 and det, and z.
+// the blocks' p01, p11 and 1 / det, their p00 and det, and z. Each pair's numerators m0,
+// m1 (lane i's, 0 for the pair's own rows and lanes >= N) go to smul[64 t + i] and
+// smul[64 t + 32 + i] for walk_resolve.
 //
 // The steps are software-pipelined: once pair t's look-ahead columns (the next pair's)
 // are stored, the next pair's pivot block, determinant and reciprocal are formed before
@@ -291,7 +305,7 @@ __device__ __forceinline__ WalkPivot walk_pivot(const double* c0, int J) {
     p.rdet = walk_rcp(p.det);
     return p;
 }
-__device__ __noinline__ WalkGj walk_gj(const double* sg, double rhs, double* scol, int lane) {
+__device__ __noinline__ WalkGj walk_gj(const double* sg, double rhs, double* scol, double* smul, int lane) {
     const int i = lane;
     const bool row = i < N;
     double a[N + 1];
@@ -342,11 +356,15 @@ __device__ __noinline__ WalkGj walk_gj(const double* sg, double rhs, double* sco
             }
             if (i == J + 2) n0[N] = a[N];
             if (i == J + 3) n1[N] = a[N];
+            smul[64 * t + i] = m0;
+            smul[64 * t + 32 + i] = m1;
             __syncwarp();
             // The next pair's pivot block and reciprocal, ahead of this pair's trailing update.
             pv = walk_pivot(n0, J + 2);
         } else {
             a[N] = fma(-l1, c1[N], fma(-l0, c0[N], a[N]));  // the last pair: the rows above it
+            smul[64 * t + i] = m0;
+            smul[64 * t + 32 + i] = m1;
         }
 #pragma unroll
         for (int k = J + 4; k < N; ++k) a[k] = fma(-l1, c1[k], fma(-l0, c0[k], a[k]));
@@ -377,6 +395,43 @@ __device__ __noinline__ WalkGj walk_gj(const double* sg, double rhs, double* sco
     const bool good = __ballot_sync(0xffffffffu, bad_pivot) == 0u;
     __syncwarp();
     return {xi, good};
+}
+
+// walk_gj's elimination again for another right-hand side z (lane i's entry), from the
+// numerators m0, m1 that walk_gj stored per pivot pair and lane (smul) and the pivot blocks
+// it left in sD / sP: the same operations on the right-hand side column as walk_gj (the
+// pivot rows' entries by shuffles instead of shared memory), so the same bits, without
+// the elimination of A. Returns x_i = (D^-1 z)_i (0 for lanes i >= N). The refinement's
+// solve: about 1k cycles instead of walk_gj's 4-7k.
+__device__ __noinline__ double walk_resolve(double z, const double* scol, const double* smul, int lane) {
+    const int i = lane;
+    const bool row = i < N;
+    const double* const sD = scol + WALK_SD;
+    const double* const sP = scol + WALK_SP;
+    z = row ? z : 0.0;
+#pragma unroll
+    for (int t = 0; t < N / 2; ++t) {
+        const int J = 2 * t;
+        const double rdet = sD[3 * t + 2];
+        const double m0 = smul[64 * t + i], m1 = smul[64 * t + 32 + i];
+        const double z0 = __shfl_sync(0xffffffffu, z, J), z1 = __shfl_sync(0xffffffffu, z, J + 1);
+        if (J + 2 < N) {
+            z = fma(-rdet, fma(m1, z1, m0 * z0), z);
+        } else {
+            const double l0 = m0 * rdet, l1 = m1 * rdet;
+            z = fma(-l1, z1, fma(-l0, z0, z));
+        }
+    }
+    const int J = 2 * (i >> 1) & 31;
+    const double z0 = __shfl_sync(0xffffffffu, z, J), z1 = __shfl_sync(0xffffffffu, z, J + 1);
+    double xi = 0.0;
+    if (row) {
+        const int t = i >> 1;
+        const double p01 = sD[3 * t], p11 = sD[3 * t + 1], rdet = sD[3 * t + 2], p00 = sP[2 * t];
+        const double m01 = -p01 * rdet;
+        xi = (i & 1) ? fma(m01, z0, (p00 * rdet) * z1) : fma(p11 * rdet, z0, m01 * z1);
+    }
+    return xi;
 }
 
 // The parts of the acceptance test that depend on A and b alone, for the system in sg, on
@@ -487,19 +542,20 @@ __device__ __noinline__ WalkSolve walk_check(const double* sg, double* scol, dou
 // warp: walk_gj, walk_check; where the test fails with positive pivots, one step of
 // iterative refinement in the working precision (x += the solve of A d = b - A x: the
 // elimination is not backward stable as L D L^T's substitutions are, and one step of
-// refinement makes up for it, Skeel 1980) and the test again. x goes to sx = scol + WALK_SX
-// (SCOL doubles of scratch). walk_matrix_norms must have run on sg first: with
+// refinement makes up for it, Skeel 1980; the solve of A d = r by walk_resolve from the
+// first elimination's numerators in smul, WALK_SMUL doubles) and the test again. x goes to
+// sx = scol + WALK_SX (SCOL doubles of scratch). walk_matrix_norms must have run on sg first: with
 // norms_barrier, on the block's other warp, which arrives at named barrier 1 when done
 // (the walk); without, on this warp before the call. Every lane returns the same outcome.
-__device__ __noinline__ WalkSolve walk_solve(const double* sg, double* scol, double tol, double thr,
+__device__ __noinline__ WalkSolve walk_solve(const double* sg, double* scol, double* smul, double tol, double thr,
                                              bool norms_barrier, int lane) {
     const double bi0 = lane < N ? sg[N * (N + 1) / 2 + lane] : 0.0;
-    const WalkGj first = walk_gj(sg, bi0, scol, lane);
+    const WalkGj first = walk_gj(sg, bi0, scol, smul, lane);
     if (norms_barrier) asm volatile("bar.sync 1, 64;" ::: "memory");
     double xi = first.xi, ri;
     WalkSolve out = walk_check(sg, scol, xi, bi0, first.good, tol, thr, &ri, lane);
     if (__any_sync(0xffffffffu, !out.accepted && first.good)) {
-        xi = xi + walk_gj(sg, ri, scol, lane).xi;
+        xi = xi + walk_resolve(ri, scol, smul, lane);
         out = walk_check(sg, scol, xi, bi0, first.good, tol, thr, &ri, lane);
     }
     if (lane < N) scol[WALK_SX + lane] = xi;
@@ -553,6 +609,7 @@ walk_american(const double* __restrict__ states, long long stride, long long c, 
     unsigned* const stot = (unsigned*)(scol + SCOL);    // warp 1's count, the flag, warp 0's count
     unsigned long long* const mb = (unsigned long long*)(stot + 4);  // the chunks' mbarriers
     double* const sdisc = (double*)(mb + NCH);          // discount[0 .. steps + 2)
+    double* const smul = sdisc + WALK_DISC;             // walk_gj's numerators
     // The solving warp: the one whose SM sub-partition (warp slot mod 4) balances the
     // solvers (slot s solves where bit 2 of s equals bit 0), if the block's two warps sit
     // on such a pair; otherwise warp 0. Every thread takes part (no return before).
@@ -638,7 +695,7 @@ walk_american(const double* __restrict__ states, long long stride, long long c, 
             bool ok = false;
             double residual = 0.0, mean = 0.0;
             if (selected) {
-                const WalkSolve r = walk_solve(sg, scol, tol, thr, true, lane);
+                const WalkSolve r = walk_solve(sg, scol, smul, tol, thr, true, lane);
                 ok = r.accepted;
                 residual = r.residual;
             } else if (total > 0 && lane == 0) {
@@ -750,6 +807,7 @@ extern "C" __global__ void __launch_bounds__(32) walk_solve_batch(const double* 
                                                                   double* __restrict__ out) {
     __shared__ double sg[NPK];
     __shared__ double scol[SCOL];
+    __shared__ double smul[WALK_SMUL];
     const long long s = blockIdx.x;
     const int lane = threadIdx.x;
     if (s >= batch) return;
@@ -762,7 +820,7 @@ extern "C" __global__ void __launch_bounds__(32) walk_solve_batch(const double* 
     if (lane < N) sg[N * (N + 1) / 2 + lane] = b[s * N + lane];
     __syncwarp();
     walk_matrix_norms(sg, scol, lane);
-    const WalkSolve r = walk_solve(sg, scol, tol, thr, false, lane);
+    const WalkSolve r = walk_solve(sg, scol, smul, tol, thr, false, lane);
     if (lane < N) x[s * N + lane] = scol[WALK_SX + lane];
     if (lane == 0) {
         out[4 * s] = r.accepted ? 1.0 : 0.0;

@@ -96,6 +96,7 @@ impl WalkShape {
         let nch = m.div_ceil(32);
         let npk = 31 * 32 / 2;
         (m * d).div_ceil(4) * 4 * 4 + m * 16 + npk * 8 + 32 * 8 + 338 * 8 + 16 + nch * 8 + 64 * 8
+            + self.n / 2 * 64 * 8
     }
 
     /// The module's source: the shape's defines, `prelude.cu`, `rcp.cu`, `walk.cu`.
@@ -418,11 +419,12 @@ mod tests {
             0.5f64.to_bits()
         )));
         // Shared memory: 34,800 bytes of high words, 2 x 2,400 of payoffs and y, the Gram,
-        // beta, the solver's scratch (SCOL = 338 doubles), the counts, 10 mbarriers and 64
-        // discount factors: 47,136, as walk_bench prints for WALK_SMEM_BYTES.
+        // beta, the solver's scratch (SCOL = 338 doubles), the counts, 10 mbarriers, 64
+        // discount factors and walk_gj's numerators (15 pairs x 64 doubles): 54,816, as
+        // walk_bench prints for WALK_SMEM_BYTES.
         assert_eq!(
             basket29().shared_bytes(),
-            34_800 + 4_800 + 3_968 + 256 + 2_704 + 16 + 80 + 512
+            34_800 + 4_800 + 3_968 + 256 + 2_704 + 16 + 80 + 512 + 7_680
         );
     }
 }
