@@ -75,6 +75,16 @@
 #error "the walk takes 32 < m <= 320 inner paths"
 #endif
 
+// 1 / n for the entering-path counts n = 0 .. M (0 for n = 0), the quotients the
+// compiler forms (correctly rounded), so the same bits as 1.0 / (double)n at run time.
+struct WalkInvCounts {
+    double v[M + 1];
+    __host__ __device__ constexpr WalkInvCounts() : v() {
+        for (int n = 1; n <= M; ++n) v[n] = 1.0 / (double)n;
+    }
+};
+__constant__ WalkInvCounts walk_inv_counts = WalkInvCounts();
+
 // The engine's per-system report (engine.cu's EngineReport).
 struct WalkReport {
     double residual;
@@ -624,12 +634,16 @@ walk_american(const double* __restrict__ states, long long stride, long long c, 
     }
     const long long l = blockIdx.x;
     if (l >= c) return;
-    if (!alive[l]) {
-        if (threadIdx.x == 0) walked[l] = fallback[l] = 0;
-        return;
-    }
     const unsigned* const base = (const unsigned*)(states + l * stride);
     auto block = [&](int s) { return base + (long long)s * (2 * M * D); };
+
+    // The first date's copies before anything else, so that their latency runs beside the
+    // loads below (an outer path that turns out dead waits for them before it leaves).
+    if (lane == 0) {
+        for (int cc = w; cc < NCH; cc += 2) walk_mbar_init(mb + cc);
+        for (int cc = w; cc < NCH; cc += 2) walk_issue_chunk(sh, sp, block(steps - 1), cc, mb);
+    }
+    const bool live = alive[l] != 0;
 
     // This warp's chunks c = w + 2 j, j < NCW: lane's path 32 c + lane in cash[j], cdate[j]
     // (0 past the last path).
@@ -645,11 +659,12 @@ walk_american(const double* __restrict__ states, long long stride, long long c, 
     }
     if (threadIdx.x < steps + 2) sdisc[threadIdx.x] = discount[threadIdx.x];
     if (threadIdx.x == 0) stot[1] = 0;
-    if (lane == 0)
-        for (int cc = w; cc < NCH; cc += 2) walk_mbar_init(mb + cc);
     __syncwarp();
-    if (lane == 0)
-        for (int cc = w; cc < NCH; cc += 2) walk_issue_chunk(sh, sp, block(steps - 1), cc, mb);
+    if (!live) {
+        for (int cc = w; cc < NCH; cc += 2) walk_mbar_wait(mb + cc, 0);
+        if (threadIdx.x == 0) walked[l] = fallback[l] = 0;
+        return;
+    }
 
 #ifdef WALK_PROF
     unsigned prof[6] = {0, 0, 0, 0, 0, 0};
@@ -688,7 +703,7 @@ walk_american(const double* __restrict__ states, long long stride, long long c, 
         }
         if (w == 0) {
             total += stot[0];
-            walk_gram_pass(acc, sg, lane, 3, total > 0 ? 1.0 / (double)total : 0.0);
+            walk_gram_pass(acc, sg, lane, 3, walk_inv_counts.v[total]);
             const bool selected = total >= (unsigned)N;
             if (selected) asm volatile("bar.arrive 2, 64;" ::: "memory");
             __syncwarp();
