@@ -279,6 +279,7 @@ __device__ __forceinline__ double walk_max_nonneg(double v) {
 struct WalkSolve {
     bool accepted;
     double residual;
+    double ri;  // walk_check: lane i's residual r_i (the refinement's right-hand side)
 };
 
 // The elimination of the system in sg (packed lower triangle of the n x n A; not changed)
@@ -498,10 +499,11 @@ __device__ __noinline__ void walk_matrix_norms(const double* sg, double* scol, i
 // These are residual_check's relative residual <= tol, growth <= thr and pivot ratio
 // >= 1 / thr with the divisions multiplied out (the scaled x as |x_i| t_i, not
 // |x_i / s_i|). The residual reported is r_max / (a_max x_max + b_max) (0 where that is
-// 0). Publishes x in sx = scol + WALK_SX and returns lane i's r_i in *ri_out (the refinement's
-// right-hand side). The CPU mirror: gj2_solve_checked in kernels/src/gj2.rs.
+// 0). Publishes x in sx = scol + WALK_SX and returns lane i's r_i in .ri (the refinement's
+// right-hand side; by value, not through local memory). The CPU mirror: gj2_solve_checked
+// in kernels/src/gj2.rs.
 __device__ __noinline__ WalkSolve walk_check(const double* sg, double* scol, double xi, double bi0, bool good,
-                                             double tol, double thr, double* ri_out, int lane) {
+                                             double tol, double thr, int lane) {
     const int i = lane;
     const bool row = i < N;
     double* const sx = scol + WALK_SX;
@@ -527,7 +529,6 @@ __device__ __noinline__ WalkSolve walk_check(const double* sg, double* scol, dou
                  sb_max = scol[WALK_SMAX + 3];
     __syncwarp();  // sx is read: a refinement may overwrite it
     const double rs = bi0 - (acc0 + acc1);
-    *ri_out = rs;
     const double ri = fabs(rs);
     // Lanes past N contribute zeros to the maxima.
     const bool bad = row && (ri != ri || !(fabs(xi) <= 1.7976931348623157e308));
@@ -537,6 +538,7 @@ __device__ __noinline__ WalkSolve walk_check(const double* sg, double* scol, dou
     const bool any_bad = __ballot_sync(0xffffffffu, bad) != 0u;
     const bool any_ill = __ballot_sync(0xffffffffu, ill) != 0u;
     WalkSolve out;
+    out.ri = rs;
     if (any_bad) {
         out.residual = __longlong_as_double(0x7ff8000000000000LL);
         out.accepted = false;
@@ -557,16 +559,18 @@ __device__ __noinline__ WalkSolve walk_check(const double* sg, double* scol, dou
 // sx = scol + WALK_SX (SCOL doubles of scratch). walk_matrix_norms must have run on sg first: with
 // norms_barrier, on the block's other warp, which arrives at named barrier 1 when done
 // (the walk); without, on this warp before the call. Every lane returns the same outcome.
-__device__ __noinline__ WalkSolve walk_solve(const double* sg, double* scol, double* smul, double tol, double thr,
+// Inlined into its callers: as a call of its own it moved the register allocation of the
+// functions it calls (walk_bench 0.0731 s inlined against 0.0745, fifty-first session).
+__device__ __forceinline__ WalkSolve walk_solve(const double* sg, double* scol, double* smul, double tol, double thr,
                                              bool norms_barrier, int lane) {
     const double bi0 = lane < N ? sg[N * (N + 1) / 2 + lane] : 0.0;
     const WalkGj first = walk_gj(sg, bi0, scol, smul, lane);
     if (norms_barrier) asm volatile("bar.sync 1, 64;" ::: "memory");
-    double xi = first.xi, ri;
-    WalkSolve out = walk_check(sg, scol, xi, bi0, first.good, tol, thr, &ri, lane);
+    double xi = first.xi;
+    WalkSolve out = walk_check(sg, scol, xi, bi0, first.good, tol, thr, lane);
     if (__any_sync(0xffffffffu, !out.accepted && first.good)) {
-        xi = xi + walk_resolve(ri, scol, smul, lane);
-        out = walk_check(sg, scol, xi, bi0, first.good, tol, thr, &ri, lane);
+        xi = xi + walk_resolve(out.ri, scol, smul, lane);
+        out = walk_check(sg, scol, xi, bi0, first.good, tol, thr, lane);
     }
     if (lane < N) scol[WALK_SX + lane] = xi;
     __syncwarp();
