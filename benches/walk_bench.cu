@@ -13,7 +13,7 @@
 // It prints the seconds per 3.6 M regressions, the regressions per second and the outer
 // paths flagged, then the last launch's sum of cash flows and a hash of its outputs (to
 // compare kernel variants bit for bit); with -DWALK_PROF also each warp's cycles per step
-// by phase. Figures: benches/RESULTS.md, "Forty-eighth session" to "Fiftieth session".
+// by phase. Figures: benches/RESULTS.md, "Forty-eighth session" to "Fifty-first session".
 #define WALK_D 29
 #define WALK_M 300
 #define WALK_N 30

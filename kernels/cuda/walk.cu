@@ -1,5 +1,5 @@
 // The fused Longstaff-Schwartz walk (issue 5; benches/RESULTS.md, forty-fourth to
-// fiftieth sessions): one block of two warps per outer path runs every regression
+// fifty-first sessions): one block of two warps per outer path runs every regression
 // step of one American position at one exposure date, from the last exercise date before
 // maturity back to the first after the exposure date, with the date's states in shared
 // memory, the cash flows in registers and the discounted cash flows y in shared memory.
