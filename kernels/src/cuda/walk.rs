@@ -95,7 +95,14 @@ impl WalkShape {
         let (d, m) = (self.d, self.m);
         let nch = m.div_ceil(32);
         let npk = 31 * 32 / 2;
-        (m * d).div_ceil(4) * 4 * 4 + m * 16 + npk * 8 + 32 * 8 + 338 * 8 + 16 + nch * 8 + 64 * 8
+        (m * d).div_ceil(4) * 4 * 4
+            + m * 16
+            + npk * 8
+            + 32 * 8
+            + 338 * 8
+            + 16
+            + nch * 8
+            + 64 * 8
             + self.n / 2 * 64 * 8
     }
 
