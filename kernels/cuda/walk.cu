@@ -316,6 +316,15 @@ __device__ __forceinline__ WalkPivot walk_pivot(const double* c0, int J) {
     p.rdet = walk_rcp(p.det);
     return p;
 }
+// Row i of x = D^-1 z for the pivot blocks walk_gj left in sD / sP (z0, z1: z of row i's
+// pair): lane i forms the two entries of its block's row, p11 / det and -p01 / det or
+// -p01 / det and p00 / det (as products with rdet).
+__device__ __forceinline__ double walk_block_solve(int i, double z0, double z1, const double* sD, const double* sP) {
+    const int t = i >> 1;
+    const double p01 = sD[3 * t], p11 = sD[3 * t + 1], rdet = sD[3 * t + 2], p00 = sP[2 * t];
+    const double m01 = -p01 * rdet;
+    return (i & 1) ? fma(m01, z0, (p00 * rdet) * z1) : fma(p11 * rdet, z0, m01 * z1);
+}
 __device__ __noinline__ WalkGj walk_gj(const double* sg, double rhs, double* scol, double* smul, int lane) {
     const int i = lane;
     const bool row = i < N;
@@ -388,19 +397,15 @@ __device__ __noinline__ WalkGj walk_gj(const double* sg, double rhs, double* sco
             sP[2 * t + 1] = det;
         }
     }
-    // x = D^-1 z by the pivot blocks' inverses (z = a[N]): lane i forms the two entries of
-    // its block's row, p11 / det and -p01 / det or -p01 / det and p00 / det (as products
-    // with rdet); every pivot (p00 and det) positive: good.
+    // x = D^-1 z by the pivot blocks' inverses (z = a[N]); every pivot (p00 and det)
+    // positive: good.
     if (row) sx[i] = a[N];
     __syncwarp();
     double xi = 0.0;
     bool bad_pivot = false;
     if (row) {
-        const int t = i >> 1, J = 2 * t;
-        const double z0 = sx[J], z1 = sx[J + 1];
-        const double p01 = sD[3 * t], p11 = sD[3 * t + 1], rdet = sD[3 * t + 2], p00 = sP[2 * t];
-        const double m01 = -p01 * rdet;
-        xi = (i & 1) ? fma(m01, z0, (p00 * rdet) * z1) : fma(p11 * rdet, z0, m01 * z1);
+        const int J = 2 * (i >> 1);
+        xi = walk_block_solve(i, sx[J], sx[J + 1], sD, sP);
         bad_pivot = !(sP[i] > 0.0);
     }
     const bool good = __ballot_sync(0xffffffffu, bad_pivot) == 0u;
@@ -435,14 +440,7 @@ __device__ __noinline__ double walk_resolve(double z, const double* scol, const 
     }
     const int J = 2 * (i >> 1) & 31;
     const double z0 = __shfl_sync(0xffffffffu, z, J), z1 = __shfl_sync(0xffffffffu, z, J + 1);
-    double xi = 0.0;
-    if (row) {
-        const int t = i >> 1;
-        const double p01 = sD[3 * t], p11 = sD[3 * t + 1], rdet = sD[3 * t + 2], p00 = sP[2 * t];
-        const double m01 = -p01 * rdet;
-        xi = (i & 1) ? fma(m01, z0, (p00 * rdet) * z1) : fma(p11 * rdet, z0, m01 * z1);
-    }
-    return xi;
+    return row ? walk_block_solve(i, z0, z1, sD, sP) : 0.0;
 }
 
 // The parts of the acceptance test that depend on A and b alone, for the system in sg, on
