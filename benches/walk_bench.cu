@@ -13,7 +13,9 @@
 // It prints the seconds per 3.6 M regressions, the regressions per second and the outer
 // paths flagged, then the last launch's sum of cash flows and a hash of its outputs (to
 // compare kernel variants bit for bit); with -DWALK_PROF also each warp's cycles per step
-// by phase. Figures: benches/RESULTS.md, "Forty-eighth session" to "Fifty-first session".
+// by phase, and the solving warp's cycles per system in the solve's pieces (PROF builds
+// run a few % slower and move the allocation; read them as shares, not as times).
+// Figures: benches/RESULTS.md, "Forty-eighth session" to "Fifty-first session".
 #define WALK_D 29
 #define WALK_M 300
 #define WALK_N 30
@@ -141,6 +143,15 @@ int main(int argc, char** argv) {
             }
             static const unsigned long long zero[2][8] = {};
             CK(cudaMemcpyToSymbol(g_walk_prof, zero, sizeof(zero)));
+            unsigned long long ps[8];
+            CK(cudaMemcpyFromSymbol(ps, g_walk_prof_solve, sizeof(ps)));
+            const double n_solves = ps[5] > 0 ? (double)ps[5] : 1.0;
+            printf("solving warp per system: walk_gj %.0f, norms wait %.0f, check %.0f, refinement %.0f "
+                   "(refined %.4f of %llu); join pass %.0f per step\n",
+                   ps[0] / n_solves, ps[1] / n_solves, ps[2] / n_solves, ps[3] / n_solves, ps[4] / n_solves,
+                   ps[5], (double)ps[6] / pr[0][6]);
+            static const unsigned long long zero8[8] = {};
+            CK(cudaMemcpyToSymbol(g_walk_prof_solve, zero8, sizeof(zero8)));
         }
 #endif
         const double sec = ms_all * 1e-3, regs = (double)launches * per_launch;

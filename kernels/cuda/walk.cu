@@ -548,6 +548,36 @@ __device__ __noinline__ WalkSolve walk_check(const double* sg, double* scol, dou
     return out;
 }
 
+// WALK_PROF (benches/walk_bench.cu only, a timing aid): each warp sums clock() spans per
+// phase into g_walk_prof[w][phase] (lane 0): 0 the waits for the chunks' copies, 1 the
+// build's work, 2 the Gram's join, 3 the solve and the barrier after it, 4 the exercise
+// with the next date's copies, 5 the last barrier; [w][6] counts the warp's steps. The
+// solving warp also sums into g_walk_prof_solve: 0 walk_gj, 1 the wait for the other
+// warp's norms, 2 the first walk_check, 3 the refinement (walk_resolve and the second
+// check), 4 the systems refined, 5 the systems solved, 6 the join pass (walk_gram_pass op
+// 3, with its 1 / count).
+#ifdef WALK_PROF
+__device__ unsigned long long g_walk_prof[2][8];
+__device__ unsigned long long g_walk_prof_solve[8];
+#define WALK_PROF_NOW() (unsigned)clock()
+#define WALK_PROF_ADD(i, t0)          \
+    do {                              \
+        const unsigned t1_ = clock(); \
+        prof[i] += t1_ - (t0);        \
+        t0 = t1_;                     \
+    } while (0)
+#define WALK_PROF_SOLVE(i, t0)                                                                           \
+    do {                                                                                                 \
+        const unsigned t1_ = clock();                                                                    \
+        if (lane == 0 && norms_barrier) atomicAdd(&g_walk_prof_solve[i], (unsigned long long)(t1_ - (t0))); \
+        t0 = t1_;                                                                                        \
+    } while (0)
+#else
+#define WALK_PROF_NOW() 0u
+#define WALK_PROF_ADD(i, t0) (void)(t0)
+#define WALK_PROF_SOLVE(i, t0) (void)(t0)
+#endif
+
 // Solves the system in sg (packed lower triangle of A, b in row N; not changed) on one
 // warp: walk_gj, walk_check; where the test fails with positive pivots, one step of
 // iterative refinement in the working precision (x += the solve of A d = b - A x: the
@@ -561,37 +591,31 @@ __device__ __noinline__ WalkSolve walk_check(const double* sg, double* scol, dou
 // functions it calls (walk_bench 0.0731 s inlined against 0.0745, fifty-first session).
 __device__ __forceinline__ WalkSolve walk_solve(const double* sg, double* scol, double* smul, double tol, double thr,
                                              bool norms_barrier, int lane) {
+    [[maybe_unused]] unsigned pq = WALK_PROF_NOW();
     const double bi0 = lane < N ? sg[N * (N + 1) / 2 + lane] : 0.0;
     const WalkGj first = walk_gj(sg, bi0, scol, smul, lane);
+    WALK_PROF_SOLVE(0, pq);
     if (norms_barrier) asm volatile("bar.sync 1, 64;" ::: "memory");
+    WALK_PROF_SOLVE(1, pq);
     double xi = first.xi;
     WalkSolve out = walk_check(sg, scol, xi, bi0, first.good, tol, thr, lane);
-    if (__any_sync(0xffffffffu, !out.accepted && first.good)) {
+    WALK_PROF_SOLVE(2, pq);
+    const bool refine = __any_sync(0xffffffffu, !out.accepted && first.good);
+    if (refine) {
         xi = xi + walk_resolve(out.ri, scol, smul, lane);
         out = walk_check(sg, scol, xi, bi0, first.good, tol, thr, lane);
+        WALK_PROF_SOLVE(3, pq);
     }
+#ifdef WALK_PROF
+    if (lane == 0 && norms_barrier) {
+        atomicAdd(&g_walk_prof_solve[4], (unsigned long long)refine);
+        atomicAdd(&g_walk_prof_solve[5], 1ull);
+    }
+#endif
     if (lane < N) scol[WALK_SX + lane] = xi;
     __syncwarp();
     return out;
 }
-
-// WALK_PROF (benches/walk_bench.cu only, a timing aid): each warp sums clock() spans per
-// phase into g_walk_prof[w][phase] (lane 0): 0 the waits for the chunks' copies, 1 the
-// build's work, 2 the Gram's join, 3 the solve and the barrier after it, 4 the exercise
-// with the next date's copies, 5 the last barrier; [w][6] counts the warp's steps.
-#ifdef WALK_PROF
-__device__ unsigned long long g_walk_prof[2][8];
-#define WALK_PROF_NOW() (unsigned)clock()
-#define WALK_PROF_ADD(i, t0)          \
-    do {                              \
-        const unsigned t1_ = clock(); \
-        prof[i] += t1_ - (t0);        \
-        t0 = t1_;                     \
-    } while (0)
-#else
-#define WALK_PROF_NOW() 0u
-#define WALK_PROF_ADD(i, t0) (void)(t0)
-#endif
 
 // The walk of outer path l = blockIdx.x over `steps` regression steps, s = steps - 1 .. 0 at
 // exercise dates date0 + s. In: the states (above; stride doubles per outer path), the
@@ -706,6 +730,10 @@ walk_american(const double* __restrict__ states, long long stride, long long c, 
         if (w == 0) {
             total += stot[0];
             walk_gram_pass(acc, sg, lane, 3, walk_inv_counts.v[total]);
+#ifdef WALK_PROF
+            __syncwarp();
+            if (lane == 0) atomicAdd(&g_walk_prof_solve[6], (unsigned long long)((unsigned)clock() - pt));
+#endif
             const bool selected = total >= (unsigned)N;
             if (selected) asm volatile("bar.arrive 2, 64;" ::: "memory");
             __syncwarp();
