@@ -3,12 +3,14 @@
 
 Usage:
     nvdisasm -c -hex kernel.cubin > kernel.sass        (or: cuobjdump -sass kernel.cubin)
-    python3 benches/sass_issue_model.py kernel.sass LABEL [--lds 30] [--mufu 24] [--trace]
+    python3 benches/sass_issue_model.py kernel.sass LABEL [--at 0xADDR] [--until 0xADDR]
+                                        [--lds 30] [--mufu 24] [--trace]
 
 LABEL is a function's label in the listing: a kernel's name, or a device function's label
 as nvdisasm prints it (e.g. '$walk_american$_Z7walk_gjPKddPdi'). With a cuobjdump
 listing, LABEL is the kernel's name and '--at 0xADDR' starts at a device function's
-address instead.
+address instead. '--until 0xADDR' stops before that address instead of at the first RET
+(a section of a kernel: a phase between two barriers, say).
 
 The model issues the instructions in order, one warp alone on its SM sub-partition. Each
 instruction waits for the scoreboards named in its control word, then issues; the next
@@ -40,8 +42,9 @@ LINE = re.compile(r"\s*/\*([0-9a-f]+)\*/\s+(.*?)\s*;\s*/\* (0x[0-9a-f]+) \*/")
 WORD = re.compile(r"/\* (0x[0-9a-f]+) \*/")
 
 
-def read_listing(path, label, at):
-    """(address, text, high control word) for each instruction from label (or address at)."""
+def read_listing(path, label, at, until=None):
+    """(address, text, high control word) for each instruction from label (or address at)
+    to its first RET, or up to (not including) address until."""
     lines = open(path).read().split("\n")
     start = None
     for k, line in enumerate(lines):
@@ -66,6 +69,8 @@ def read_listing(path, label, at):
         k += 1
     if at is not None:
         out = [i for i in out if i[0] >= at]
+    if until is not None:
+        return [i for i in out if i[0] < until]
     end = next((n for n, i in enumerate(out) if opcode(i[1]).startswith("RET")), None)
     return out if end is None else out[: end + 1]
 
@@ -122,11 +127,12 @@ def main():
     ap.add_argument("listing")
     ap.add_argument("label")
     ap.add_argument("--at", type=lambda s: int(s, 0), default=None)
+    ap.add_argument("--until", type=lambda s: int(s, 0), default=None)
     ap.add_argument("--lds", type=int, default=30)
     ap.add_argument("--mufu", type=int, default=24)
     ap.add_argument("--trace", action="store_true")
     a = ap.parse_args()
-    instrs = read_listing(a.listing, a.label, a.at)
+    instrs = read_listing(a.listing, a.label, a.at, a.until)
     t, rcp = model(instrs, a.lds, a.mufu, a.trace)
     print(f"{len(instrs)} instructions, {t} cycles (one warp, in order)")
     if len(rcp) > 1:
