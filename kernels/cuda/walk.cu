@@ -225,7 +225,9 @@ __device__ __forceinline__ void walk_build_chunk(double (&acc)[WALK_NT][4], unsi
 
 // Where entry (r0, c0) of this lane's block k goes in the packed lower triangle of the
 // augmented matrix (b in row N), or -1 for none: an entry of a block in a diagonal group is
-// kept below the diagonal, one in an off-diagonal group is stored at (max, min).
+// kept below the diagonal, one in an off-diagonal group is stored at (max, min). (The
+// offset is walk_entry's; a shared helper for the two moved ptxas's allocation of the whole
+// kernel under NVRTC 13, so they stay apart until that is timed on the GPU.)
 __device__ __forceinline__ int walk_packed_index(int r0, int c0) {
     const bool same = (r0 >> 3) == (c0 >> 3);
     const int r = max(r0, c0), cc = min(r0, c0);
