@@ -553,11 +553,11 @@ __device__ __noinline__ WalkSolve walk_check(const double* sg, double* scol, dou
 // WALK_PROF (benches/walk_bench.cu only, a timing aid): each warp sums clock() spans per
 // phase into g_walk_prof[w][phase] (lane 0): 0 the waits for the chunks' copies, 1 the
 // build's work, 2 the Gram's join, 3 the solve and the barrier after it, 4 the exercise
-// with the next date's copies, 5 the last barrier; [w][6] counts the warp's steps. The
-// solving warp also sums into g_walk_prof_solve: 0 walk_gj, 1 the wait for the other
-// warp's norms, 2 the first walk_check, 3 the refinement (walk_resolve and the second
-// check), 4 the systems refined, 5 the systems solved, 6 the join pass (walk_gram_pass op
-// 3, with its 1 / count).
+// with the next date's copies, 5 the step's end (nothing since its barrier went); [w][6]
+// counts the warp's steps. The solving warp also sums into g_walk_prof_solve: 0 walk_gj,
+// 1 the wait for the other warp's norms, 2 the first walk_check, 3 the refinement
+// (walk_resolve and the second check), 4 the systems refined, 5 the systems solved, 6 the
+// join pass (walk_gram_pass op 3, with its 1 / count).
 #ifdef WALK_PROF
 __device__ unsigned long long g_walk_prof[2][8];
 __device__ unsigned long long g_walk_prof_solve[8];
@@ -816,7 +816,11 @@ walk_american(const double* __restrict__ states, long long stride, long long c, 
 #undef WALK_EXN
 #undef WALK_EX_ONE
         WALK_PROF_ADD(4, pt);
-        walk_bar_sync();  // sg, sb and the flag are free for the next step
+        // No barrier at the step's end (fifty-second session): each warp goes on to its next
+        // build. What the next step writes first is this warp's own (its chunks' copies and
+        // y) or was last read before the barrier after the solve (sg, which warp 1's next
+        // sums overwrite; stot[0] and stot[2]); beta (sb) is written again only after the
+        // next join barrier, which both warps reach after their exercise.
         WALK_PROF_ADD(5, pt);
     }
 #ifdef WALK_PROF
