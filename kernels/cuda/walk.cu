@@ -132,6 +132,11 @@ __device__ __forceinline__ void walk_issue_chunk(unsigned* sh, double* sp, const
         : "memory");
 }
 
+// An L2 prefetch of n bytes at p (global; p 16-byte aligned, n a multiple of 16).
+__device__ __forceinline__ void walk_prefetch_l2(const void* p, unsigned n) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(n) : "memory");
+}
+
 // ---- The Gram on the FP64 tensor cores ----
 
 // The 5 blocks of 16 x 8 that cover [Psi y]^T [Psi y] up to symmetry: block k takes the
@@ -722,6 +727,26 @@ walk_american(const double* __restrict__ states, long long stride, long long c, 
         }
         walk_bar_sync();
         WALK_PROF_ADD(2, pt);
+        if (s == 0 && w == 1 && lane == 0) {
+            // The walk that will most likely start when this one ends (blocks start in
+            // order, 4 per SM): its first date's states and its cash flows into L2, so that
+            // its first copies come from L2 (a hint: an outer path that is not next loses
+            // nothing but the bandwidth). The states' size and address are multiples of 16
+            // bytes (the host's checks: m d a multiple of 4, m even, aligned blocks); so are
+            // the cash flows' and y's (m even) and the dates' where m is a multiple of 4.
+            unsigned nsm;
+            asm("mov.u32 %0, %%nsmid;" : "=r"(nsm));
+            const long long ln = l + 4LL * nsm;
+            if (ln < c) {
+                const unsigned* nb0 = (const unsigned*)(states + ln * stride) + (long long)(steps - 1) * (2 * M * D);
+                if ((M * D * 4 + M * 8) % 16 == 0) walk_prefetch_l2(nb0, M * D * 4 + M * 8);
+                if ((M * 8) % 16 == 0) {
+                    walk_prefetch_l2(cash_g + ln * M, M * 8);
+                    walk_prefetch_l2(y_g + ln * M, M * 8);
+                }
+                if ((M * 4) % 16 == 0) walk_prefetch_l2(cash_date_g + ln * M, M * 4);
+            }
+        }
         if (w == 1 && total + stot[2] >= (unsigned)N) {
             // A's norms for the solver's acceptance test, beside its elimination (sg
             // holds the scaled sums once warp 0's join pass is done: barrier 2).
