@@ -135,10 +135,10 @@ int main(int argc, char** argv) {
         {
             unsigned long long pr[2][8];
             CK(cudaMemcpyFromSymbol(pr, g_walk_prof, sizeof(pr)));
-            const char* names[6] = {"copy wait", "build", "join", "solve", "exercise", "step end"};
+            const char* names[5] = {"copy wait", "build", "join", "solve", "exercise"};
             for (int w = 0; w < 2; ++w) {
                 printf("warp %d cycles per step:", w);
-                for (int i = 0; i < 6; ++i) printf(" %s %.0f", names[i], (double)pr[w][i] / pr[w][6]);
+                for (int i = 0; i < 5; ++i) printf(" %s %.0f", names[i], (double)pr[w][i] / pr[w][6]);
                 printf("\n");
             }
             static const unsigned long long zero[2][8] = {};
