@@ -188,9 +188,9 @@ __device__ __forceinline__ double walk_feature(const unsigned* row, int col) {
 // path that does not enter is A x (+0) = +0, which leaves every sum's bits as they were
 // with both operands masked. (A state that is not finite on a path that does not enter
 // would make the sums NaN: the acceptance test then flags the outer path, and the pipeline
-// solves its steps.) ptxas copies every MMA operand into its register
-// tuple anyway; the B copies become the selects, and the selects of the A values go (the
-// build's code 19% shorter in the SASS; walk_bench 0.0727 -> 0.0710 s).
+// solves its steps.) ptxas copies every MMA operand into its register tuple anyway; the B
+// copies become the selects, and the selects of the A values go (the build's code 19%
+// shorter in the SASS; walk_bench 0.0727 -> 0.0710 s).
 template <int NG>
 __device__ __forceinline__ void walk_build_groups(double (&acc)[WALK_NT][4], const unsigned* hb, unsigned mask,
                                                   const double* yb, int lane) {
@@ -646,7 +646,8 @@ __device__ __forceinline__ WalkSolve walk_solve(const double* sg, double* scol, 
 // *flagged_count += the flagged ones; for every alive outer path: counts[s * c + l] (the
 // entering paths of step s) and reports[s * c + l] (residual, method 0, status 0 for a
 // solved system; for a system with counts < n nothing). y_g is not written.
-extern "C" __global__ void __launch_bounds__(64, 4)
+#define WALK_BLOCKS_PER_SM 4  // (shared memory allows 4 blocks of WALK_SMEM_BYTES per SM)
+extern "C" __global__ void __launch_bounds__(64, WALK_BLOCKS_PER_SM)
 walk_american(const double* __restrict__ states, long long stride, long long c, int steps, unsigned date0,
               const double* __restrict__ discount, const unsigned char* __restrict__ alive,
               double* __restrict__ cash_g, unsigned* __restrict__ cash_date_g, const double* __restrict__ y_g,
@@ -740,14 +741,15 @@ walk_american(const double* __restrict__ states, long long stride, long long c, 
         WALK_PROF_ADD(2, pt);
         if (s == 0 && w == 1 && lane == 0) {
             // The walk that will most likely start when this one ends (blocks start in
-            // order, 4 per SM): its first date's states and its cash flows into L2, so that
-            // its first copies come from L2 (a hint: an outer path that is not next loses
-            // nothing but the bandwidth). The states' size and address are multiples of 16
-            // bytes (the host's checks: m d a multiple of 4, m even, aligned blocks); so are
-            // the cash flows' and y's (m even) and the dates' where m is a multiple of 4.
+            // order, WALK_BLOCKS_PER_SM per SM): its first date's states and its cash flows
+            // into L2, so that its first copies come from L2 (a hint: an outer path that is
+            // not next loses nothing but the bandwidth). The states' size and address are
+            // multiples of 16 bytes (the host's checks: m d a multiple of 4, m even, aligned
+            // blocks); so are the cash flows' and y's (m even) and the dates' where m is a
+            // multiple of 4.
             unsigned nsm;
             asm("mov.u32 %0, %%nsmid;" : "=r"(nsm));
-            const long long ln = l + 4LL * nsm;
+            const long long ln = l + (long long)WALK_BLOCKS_PER_SM * nsm;
             if (ln < c) {
                 // (block()'s address for walk ln: a helper shared by the two moved ptxas's
                 // allocation of the whole kernel under NVRTC 13, walk_gj's model by 2%, so
