@@ -896,6 +896,34 @@ fn walk_matches_the_pipeline_with_an_odd_chunk_count() {
     walk_matches_the_pipeline(&sc, "put3.yaml", 1000, &[]);
 }
 
+/// The three-asset put in a market of four assets (D is not in the basket: the state rows
+/// have d = 4 words, the basis reads assets 0..2) with 34 inner paths: a last chunk of 2
+/// paths, and m not a multiple of 4, so the walk's L2 prefetch of the next walk skips the
+/// cash flows' dates (their 16-byte pieces) and takes the rest.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn walk_matches_the_pipeline_with_a_tail_of_two_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = std::fs::read_to_string(three_asset_put(dir.path(), 34))
+        .unwrap()
+        .replace(
+            "dividend_yield: 0.0}\n  correlation:",
+            "dividend_yield: 0.0}\n    - {name: D, spot: 50.0, volatility: 0.2, dividend_yield: 0.0}\n  correlation:",
+        )
+        .replace(
+            "correlation:\n    - [1.0, 0.3, 0.3]\n    - [0.3, 1.0, 0.3]\n    - [0.3, 0.3, 1.0]\n",
+            "correlation:\n    - [1.0, 0.3, 0.3, 0.2]\n    - [0.3, 1.0, 0.3, 0.2]\n    - [0.3, 0.3, 1.0, 0.2]\n    - [0.2, 0.2, 0.2, 1.0]\n",
+        )
+        .replace("name: put3\n", "name: put4\n");
+    assert!(
+        yaml.contains("name: D") && yaml.contains("0.2, 1.0]"),
+        "{yaml}"
+    );
+    let sc = dir.path().join("put4.yaml");
+    std::fs::write(&sc, yaml).unwrap();
+    walk_matches_the_pipeline(&sc, "put4.yaml", 1000, &[]);
+}
+
 /// A residual tolerance no solve meets makes the walk flag every outer path with a
 /// system to solve: the pipeline then runs all their steps from the cash flows the walk
 /// left untouched (the escalation to divide and conquer included), and the run gives the
