@@ -125,9 +125,9 @@ struct American<T: GpuReal> {
 /// pipeline serves it instead. The walk serves f64, the escalating strategy, the payoff
 /// plane, a linear basis and the shapes of [`WalkShape::check`]; `CVA_GPU_WALK=0` turns
 /// it off (the pipeline everywhere). Measured on an H200 (benches/RESULTS.md,
-/// forty-ninth session) for basket29 at 100,000 outer paths: 0.100 s against the
-/// pipeline's 0.114 s for the 3.6 M regressions on one stream, 0.246 s against 0.249 s
-/// of wall time with the path stream beside it (at 1,000,000: 2.458 s against 2.620 s).
+/// fifty-second session) for basket29 at 100,000 outer paths: 0.0733 s for the 3.6 M
+/// regressions on one stream, 0.2193-0.2195 s of wall time with the path stream beside
+/// it against the pipeline's 0.249 s (at 1,000,000: 2.218-2.224 s against 2.600 s).
 fn walk_shape<T: GpuReal>(
     scenario: &Scenario,
     basis: &BasisTables,
