@@ -856,14 +856,30 @@ fn walk_matches_the_pipeline_on_basket29() {
 
 /// An American put on a basket of three correlated assets with spots 36, 40 and 44 (the
 /// walk's 1 / S_0 table; n = 4), every path in the regression (`itm_only = false`) and 12
-/// exposure dates, with `inner` inner paths: the scenario file in `dir`.
-fn three_asset_put(dir: &Path, inner: usize) -> std::path::PathBuf {
+/// exposure dates, with `inner` inner paths: the scenario file in `dir` (put3.yaml). With
+/// `fourth_asset`, the market also has an asset D outside the basket (put4.yaml: state rows
+/// of d = 4 words, the basis still over A, B, C).
+fn basket_put(dir: &Path, inner: usize, fourth_asset: bool) -> std::path::PathBuf {
+    let (name, d, corr) = if fourth_asset {
+        (
+            "put4",
+            "    - {name: D, spot: 50.0, volatility: 0.2, dividend_yield: 0.0}\n",
+            "    - [1.0, 0.3, 0.3, 0.2]\n    - [0.3, 1.0, 0.3, 0.2]\n    - [0.3, 0.3, 1.0, 0.2]\n    \
+            - [0.2, 0.2, 0.2, 1.0]\n",
+        )
+    } else {
+        (
+            "put3",
+            "",
+            "    - [1.0, 0.3, 0.3]\n    - [0.3, 1.0, 0.3]\n    - [0.3, 0.3, 1.0]\n",
+        )
+    };
     let yaml = format!(
-        "name: put3\nmarket:\n  rate: 0.06\n  assets:\n    \
+        "name: {name}\nmarket:\n  rate: 0.06\n  assets:\n    \
         - {{name: A, spot: 36.0, volatility: 0.2, dividend_yield: 0.0}}\n    \
         - {{name: B, spot: 40.0, volatility: 0.25, dividend_yield: 0.0}}\n    \
-        - {{name: C, spot: 44.0, volatility: 0.3, dividend_yield: 0.0}}\n  \
-        correlation:\n    - [1.0, 0.3, 0.3]\n    - [0.3, 1.0, 0.3]\n    - [0.3, 0.3, 1.0]\n\
+        - {{name: C, spot: 44.0, volatility: 0.3, dividend_yield: 0.0}}\n{d}  \
+        correlation:\n{corr}\
         dates:\n  horizon: 1.0\n  exposure_dates: 12\nportfolio:\n  \
         - {{name: basket_put, style: american, kind: put, \
         underlying: {{basket: {{A: 0.3333333333333333, B: 0.3333333333333333, C: 0.3333333333333333}}}}, \
@@ -872,7 +888,7 @@ fn three_asset_put(dir: &Path, inner: usize) -> std::path::PathBuf {
         simulation:\n  outer_paths: 1000\n  inner_paths: {inner}\n  basis: linear\n  \
         itm_only: false\n  precision: f64\n  solver: escalating\n  seed: 7\n"
     );
-    let sc = dir.join("put3.yaml");
+    let sc = dir.join(format!("{name}.yaml"));
     std::fs::write(&sc, yaml).unwrap();
     sc
 }
@@ -882,7 +898,7 @@ fn three_asset_put(dir: &Path, inner: usize) -> std::path::PathBuf {
 #[ignore = "needs a CUDA GPU"]
 fn walk_matches_the_pipeline_on_a_three_asset_put() {
     let dir = tempfile::tempdir().unwrap();
-    let sc = three_asset_put(dir.path(), 300);
+    let sc = basket_put(dir.path(), 300, false);
     walk_matches_the_pipeline(&sc, "put3.yaml", 1000, &[]);
 }
 
@@ -892,7 +908,7 @@ fn walk_matches_the_pipeline_on_a_three_asset_put() {
 #[ignore = "needs a CUDA GPU"]
 fn walk_matches_the_pipeline_with_an_odd_chunk_count() {
     let dir = tempfile::tempdir().unwrap();
-    let sc = three_asset_put(dir.path(), 80);
+    let sc = basket_put(dir.path(), 80, false);
     walk_matches_the_pipeline(&sc, "put3.yaml", 1000, &[]);
 }
 
@@ -904,23 +920,7 @@ fn walk_matches_the_pipeline_with_an_odd_chunk_count() {
 #[ignore = "needs a CUDA GPU"]
 fn walk_matches_the_pipeline_with_a_tail_of_two_paths() {
     let dir = tempfile::tempdir().unwrap();
-    let yaml = std::fs::read_to_string(three_asset_put(dir.path(), 34))
-        .unwrap()
-        .replace(
-            "dividend_yield: 0.0}\n  correlation:",
-            "dividend_yield: 0.0}\n    - {name: D, spot: 50.0, volatility: 0.2, dividend_yield: 0.0}\n  correlation:",
-        )
-        .replace(
-            "correlation:\n    - [1.0, 0.3, 0.3]\n    - [0.3, 1.0, 0.3]\n    - [0.3, 0.3, 1.0]\n",
-            "correlation:\n    - [1.0, 0.3, 0.3, 0.2]\n    - [0.3, 1.0, 0.3, 0.2]\n    - [0.3, 0.3, 1.0, 0.2]\n    - [0.2, 0.2, 0.2, 1.0]\n",
-        )
-        .replace("name: put3\n", "name: put4\n");
-    assert!(
-        yaml.contains("name: D") && yaml.contains("0.2, 1.0]"),
-        "{yaml}"
-    );
-    let sc = dir.path().join("put4.yaml");
-    std::fs::write(&sc, yaml).unwrap();
+    let sc = basket_put(dir.path(), 34, true);
     walk_matches_the_pipeline(&sc, "put4.yaml", 1000, &[]);
 }
 
