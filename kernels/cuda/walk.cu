@@ -630,6 +630,9 @@ __device__ __forceinline__ WalkSolve walk_solve(const double* sg, double* scol, 
         atomicAdd(&g_walk_prof_solve[5], 1ull);
     }
 #endif
+    // (The last walk_check has already stored these x_i in sx. Without this store the
+    // kernel's allocation moved: walk_bench 0.0709-0.0710 -> 0.0716-0.0717 s, the engine's
+    // one-stream walk 0.0733 -> 0.0729 s; fifty-second session, call 11. It stays.)
     if (lane < N) scol[WALK_SX + lane] = xi;
     __syncwarp();
     return out;
